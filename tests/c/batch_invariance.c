@@ -1,0 +1,482 @@
+// batch_invariance.c - check that llama.cpp's batched decode (a speculative-decoding verify
+// batch) gives bit-identical logits to single-token decoding.
+//
+// Build (from a llama.cpp tree with a shared build in BUILD):
+//   cc -O2 -std=c11 -I include -I ggml/include tests/c/batch_invariance.c
+//      -L BUILD/bin -lllama -lggml -lggml-base -Wl,-rpath,BUILD/bin -lm -o batch_invariance
+//
+// Usage:
+//   batch_invariance MODEL [options]
+//     -p PROMPT      prompt text (default: a HumanEval-like python prompt)
+//     -n N           tokens generated/compared per run (default 48)
+//     -fa on|off|auto  flash attention (default off)
+//     -t T           threads (single and batch, default 2)
+//     -c N_CTX       context size (default 1024)
+//     -bmin B -bmax B  batch sizes to test (default 2..16)
+//     --mode M       plain  : decode the same tokens in batches of b, all logits on
+//                    reject : each batch = k correct tokens + wrong draft tokens; the wrong
+//                             ones are removed with llama_memory_seq_rm (as the server does
+//                             after a rejected draft) and decoding continues
+//                    multi  : two sequences (two server slots) verified together in one
+//                             batch (b tokens each) vs. the reference where both advance
+//                             one token per decode call
+//                    all    : plain + reject (+ multi)   (default: all)
+//     --kv-unified   unified KV buffer for the multi mode (server default for -np > 1)
+//     -q             quiet: only print the tables
+//     --bench R      instead of the checks: time one llama_decode of n = 1..8 tokens of one
+//                    sequence (all logits on, like a verify batch), R repetitions, median;
+//                    prints beta(n) = t(n)/t(1) and the single-token decode speed
+//     --depth D      (bench) KV depth before the timed batches (prompt repeated to D tokens)
+//
+// Prints, per b: positions compared, mismatching positions, max |diff| of the logits.
+// Exit code: 0 if every compared position is bit-identical, 1 on any mismatch, 2 on error.
+
+#define _POSIX_C_SOURCE 199309L
+#include "llama.h"
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static const char * DEFAULT_PROMPT =
+    "from typing import List\n\n\n"
+    "def has_close_elements(numbers: List[float], threshold: float) -> bool:\n"
+    "    \"\"\" Check if in given list of numbers, are any two numbers closer to each other than\n"
+    "    given threshold.\n"
+    "    >>> has_close_elements([1.0, 2.0, 3.0], 0.5)\n"
+    "    False\n"
+    "    >>> has_close_elements([1.0, 2.8, 3.0, 4.0, 5.0, 2.0], 0.3)\n"
+    "    True\n"
+    "    \"\"\"\n";
+
+static const char * DEFAULT_PROMPT2 =
+    "def fibonacci(n: int) -> int:\n"
+    "    \"\"\" Return the n-th Fibonacci number.\n"
+    "    >>> fibonacci(10)\n"
+    "    55\n"
+    "    \"\"\"\n";
+
+struct opts {
+    const char * model_path;
+    const char * prompt;
+    const char * prompt2;
+    int  n_gen;
+    int  fa;        // -1 auto, 0 off, 1 on
+    int  n_threads;
+    int  n_ctx;
+    int  bmin, bmax;
+    bool do_plain, do_reject, do_multi;
+    bool kv_unified;
+    bool quiet;
+    int  bench;
+    int  depth;
+};
+
+static struct llama_model * g_model;
+static const struct llama_vocab * g_vocab;
+static int g_n_vocab;
+static struct opts g_o;
+
+static void log_cb(enum ggml_log_level level, const char * text, void * ud) {
+    (void) ud;
+    if (level >= GGML_LOG_LEVEL_ERROR || (!g_o.quiet && level >= GGML_LOG_LEVEL_WARN)) {
+        fputs(text, stderr);
+    }
+}
+
+static struct llama_context * new_ctx(int n_seq) {
+    struct llama_context_params cp = llama_context_default_params();
+    cp.n_ctx           = (uint32_t) g_o.n_ctx;
+    cp.n_batch         = 512;
+    cp.n_ubatch        = 512;
+    cp.n_seq_max       = (uint32_t) n_seq;
+    cp.n_threads       = g_o.n_threads;
+    cp.n_threads_batch = g_o.n_threads;
+    cp.flash_attn_type = g_o.fa < 0 ? LLAMA_FLASH_ATTN_TYPE_AUTO :
+                         g_o.fa > 0 ? LLAMA_FLASH_ATTN_TYPE_ENABLED : LLAMA_FLASH_ATTN_TYPE_DISABLED;
+    cp.kv_unified      = g_o.kv_unified;
+    cp.no_perf         = true;
+    struct llama_context * ctx = llama_init_from_model(g_model, cp);
+    if (!ctx) {
+        fprintf(stderr, "failed to create context\n");
+        exit(2);
+    }
+    return ctx;
+}
+
+static int tokenize(const char * text, llama_token ** out) {
+    int n = -llama_tokenize(g_vocab, text, (int32_t) strlen(text), NULL, 0, true, false);
+    *out = (llama_token *) malloc(sizeof(llama_token) * (size_t) n);
+    if (llama_tokenize(g_vocab, text, (int32_t) strlen(text), *out, n, true, false) != n) {
+        fprintf(stderr, "tokenize failed\n");
+        exit(2);
+    }
+    return n;
+}
+
+static void batch_add(struct llama_batch * b, llama_token t, llama_pos pos, llama_seq_id seq, bool logits) {
+    const int i = b->n_tokens;
+    b->token[i]     = t;
+    b->pos[i]       = pos;
+    b->n_seq_id[i]  = 1;
+    b->seq_id[i][0] = seq;
+    b->logits[i]    = logits;
+    b->n_tokens++;
+}
+
+static void decode_or_die(struct llama_context * ctx, struct llama_batch * b) {
+    const int rc = llama_decode(ctx, *b);
+    if (rc != 0) {
+        fprintf(stderr, "llama_decode failed: %d\n", rc);
+        exit(2);
+    }
+}
+
+static llama_token argmax(const float * l) {
+    int best = 0;
+    for (int i = 1; i < g_n_vocab; i++) {
+        if (l[i] > l[best]) {
+            best = i;
+        }
+    }
+    return best;
+}
+
+// decode the prompt of sequence `seq` in one batch (same batch shape in every run)
+static void decode_prompt(struct llama_context * ctx, struct llama_batch * b, const llama_token * toks, int n, llama_seq_id seq) {
+    b->n_tokens = 0;
+    for (int i = 0; i < n; i++) {
+        batch_add(b, toks[i], i, seq, i == n - 1);
+    }
+    decode_or_die(ctx, b);
+}
+
+struct cmp_stats {
+    int    compared;
+    int    mismatched;
+    double max_diff;
+};
+
+static void compare(struct cmp_stats * st, const float * ref, const float * got) {
+    st->compared++;
+    if (memcmp(ref, got, sizeof(float) * (size_t) g_n_vocab) != 0) {
+        st->mismatched++;
+        for (int i = 0; i < g_n_vocab; i++) {
+            const double d = fabs((double) ref[i] - (double) got[i]);
+            if (d > st->max_diff || isnan(d)) {
+                st->max_diff = isnan(d) ? INFINITY : d;
+            }
+        }
+    }
+}
+
+static void print_row(const char * mode, int b, const struct cmp_stats * st) {
+    printf("%-7s %3d %9d %10d %12.6g %s\n", mode, b, st->compared, st->mismatched, st->max_diff,
+           st->mismatched ? "MISMATCH" : "ok");
+    fflush(stdout);
+}
+
+// simple deterministic PRNG for the reject mode
+static uint32_t rng_state = 12345u;
+static uint32_t rng(void) {
+    rng_state = rng_state * 1664525u + 1013904223u;
+    return rng_state >> 8;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double) ts.tv_sec + 1e-9 * (double) ts.tv_nsec;
+}
+
+static int cmp_double(const void * a, const void * b) {
+    const double x = *(const double *) a, y = *(const double *) b;
+    return x < y ? -1 : x > y;
+}
+
+#define BENCH_NMAX 8
+
+static int run_bench(struct llama_batch * batch, const llama_token * prompt, int n_prompt) {
+    const int depth = g_o.depth > n_prompt ? g_o.depth : n_prompt;
+    if (depth + BENCH_NMAX + 1 > g_o.n_ctx) { fprintf(stderr, "context too small for --depth\n"); return 2; }
+    llama_token * toks = (llama_token *) malloc(sizeof(llama_token) * (size_t) depth);
+    for (int i = 0; i < depth; i++) {
+        toks[i] = prompt[i % n_prompt];
+    }
+    struct llama_context * ctx = new_ctx(1);
+    llama_memory_t mem = llama_get_memory(ctx);
+    for (int i0 = 0; i0 < depth; i0 += 512) {
+        batch->n_tokens = 0;
+        for (int i = i0; i < depth && i < i0 + 512; i++) {
+            batch_add(batch, toks[i], i, 0, i == depth - 1);
+        }
+        decode_or_die(ctx, batch);
+    }
+    const int R = g_o.bench;
+    double * t = (double *) malloc(sizeof(double) * (size_t) R * BENCH_NMAX);
+    for (int r = -2; r < R; r++) { // 2 warm-up rounds
+        for (int n = 1; n <= BENCH_NMAX; n++) {
+            batch->n_tokens = 0;
+            for (int j = 0; j < n; j++) {
+                batch_add(batch, toks[(depth + j) % n_prompt], depth + j, 0, true);
+            }
+            const double t0 = now_s();
+            decode_or_die(ctx, batch);
+            const double t1 = now_s();
+            llama_memory_seq_rm(mem, 0, depth, -1);
+            if (r >= 0) {
+                t[(size_t) (n - 1) * R + r] = t1 - t0;
+            }
+        }
+    }
+    double med[BENCH_NMAX];
+    for (int n = 1; n <= BENCH_NMAX; n++) {
+        qsort(t + (size_t) (n - 1) * R, (size_t) R, sizeof(double), cmp_double);
+        med[n - 1] = t[(size_t) (n - 1) * R + R / 2];
+    }
+    printf("bench: depth %d, %d reps, median ms per llama_decode\n", depth, R);
+    printf("%3s %10s %8s\n", "n", "ms", "beta");
+    for (int n = 1; n <= BENCH_NMAX; n++) {
+        printf("%3d %10.3f %8.3f\n", n, 1e3 * med[n - 1], med[n - 1] / med[0]);
+    }
+    printf("single-token decode: %.2f tok/s\n", 1.0 / med[0]);
+    llama_free(ctx);
+    return 0;
+}
+
+int main(int argc, char ** argv) {
+    struct opts * o = &g_o;
+    memset(o, 0, sizeof(*o));
+    o->prompt = DEFAULT_PROMPT;
+    o->prompt2 = DEFAULT_PROMPT2;
+    o->n_gen = 48;
+    o->fa = 0;
+    o->n_threads = 2;
+    o->n_ctx = 1024;
+    o->bmin = 2;
+    o->bmax = 16;
+    const char * mode = "all";
+
+    if (argc < 2) {
+        fprintf(stderr, "usage: %s MODEL [-p PROMPT] [-n N] [-fa on|off|auto] [-t T] [-c N_CTX] [-bmin B] [-bmax B] "
+                        "[--mode plain|reject|multi|all] [--kv-unified] [-q]\n", argv[0]);
+        return 2;
+    }
+    o->model_path = argv[1];
+    for (int i = 2; i < argc; i++) {
+        const char * a = argv[i];
+        const char * v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "-p") && v) { o->prompt = v; i++; }
+        else if (!strcmp(a, "-n") && v) { o->n_gen = atoi(v); i++; }
+        else if (!strcmp(a, "-fa") && v) { o->fa = !strcmp(v, "on") ? 1 : !strcmp(v, "off") ? 0 : -1; i++; }
+        else if (!strcmp(a, "-t") && v) { o->n_threads = atoi(v); i++; }
+        else if (!strcmp(a, "-c") && v) { o->n_ctx = atoi(v); i++; }
+        else if (!strcmp(a, "-bmin") && v) { o->bmin = atoi(v); i++; }
+        else if (!strcmp(a, "-bmax") && v) { o->bmax = atoi(v); i++; }
+        else if (!strcmp(a, "--mode") && v) { mode = v; i++; }
+        else if (!strcmp(a, "--kv-unified")) { o->kv_unified = true; }
+        else if (!strcmp(a, "-q")) { o->quiet = true; }
+        else if (!strcmp(a, "--bench") && v) { o->bench = atoi(v); i++; }
+        else if (!strcmp(a, "--depth") && v) { o->depth = atoi(v); i++; }
+        else { fprintf(stderr, "unknown argument: %s\n", a); return 2; }
+    }
+    o->do_plain  = !strcmp(mode, "plain")  || !strcmp(mode, "all");
+    o->do_reject = !strcmp(mode, "reject") || !strcmp(mode, "all");
+    o->do_multi  = !strcmp(mode, "multi")  || !strcmp(mode, "all");
+    if (o->bmin < 2) o->bmin = 2;
+    if (o->n_gen < 2 || o->bmax < o->bmin) { fprintf(stderr, "bad -n / -bmin / -bmax\n"); return 2; }
+
+    llama_log_set(log_cb, NULL);
+    llama_backend_init();
+
+    struct llama_model_params mp = llama_model_default_params();
+    mp.n_gpu_layers = 0;
+    g_model = llama_model_load_from_file(o->model_path, mp);
+    if (!g_model) { fprintf(stderr, "failed to load %s\n", o->model_path); return 2; }
+    g_vocab   = llama_model_get_vocab(g_model);
+    g_n_vocab = llama_vocab_n_tokens(g_vocab);
+
+    llama_token * prompt = NULL;
+    const int n_prompt = tokenize(o->prompt, &prompt);
+    const int N = o->n_gen;
+    if (n_prompt + 2*N + 2*o->bmax + 8 > o->n_ctx) { fprintf(stderr, "context too small\n"); return 2; }
+
+    const char * env = getenv("GGML_CPU_BATCH_INVARIANT_MAX");
+    printf("model %s\nprompt tokens %d, generated %d, flash_attn %s, threads %d, GGML_CPU_BATCH_INVARIANT_MAX=%s\n",
+           o->model_path, n_prompt, N, o->fa < 0 ? "auto" : o->fa ? "on" : "off", o->n_threads, env ? env : "(unset)");
+
+    struct llama_batch batch = llama_batch_init(o->n_ctx, 0, 2);
+    const size_t lsz = sizeof(float) * (size_t) g_n_vocab;
+
+    if (o->bench > 0) {
+        return run_bench(&batch, prompt, n_prompt);
+    }
+
+    // ---- reference: single-token greedy decode -------------------------------------------
+    // tok[i] is decoded at position n_prompt + i; ref[i] are the logits after decoding it.
+    llama_token * tok = (llama_token *) malloc(sizeof(llama_token) * (size_t) (N + 1));
+    float * ref = (float *) malloc(lsz * (size_t) N);
+    {
+        struct llama_context * ctx = new_ctx(1);
+        decode_prompt(ctx, &batch, prompt, n_prompt, 0);
+        tok[0] = argmax(llama_get_logits_ith(ctx, -1));
+        for (int i = 0; i < N; i++) {
+            batch.n_tokens = 0;
+            batch_add(&batch, tok[i], n_prompt + i, 0, true);
+            decode_or_die(ctx, &batch);
+            memcpy(ref + (size_t) i * g_n_vocab, llama_get_logits_ith(ctx, 0), lsz);
+            tok[i + 1] = argmax(ref + (size_t) i * g_n_vocab);
+        }
+        llama_free(ctx);
+    }
+    if (!o->quiet) {
+        char buf[4096]; int len = 0;
+        for (int i = 0; i < N && len < (int) sizeof(buf) - 256; i++) {
+            int n = llama_token_to_piece(g_vocab, tok[i], buf + len, (int32_t) sizeof(buf) - len - 1, 0, false);
+            if (n > 0) len += n;
+        }
+        buf[len] = 0;
+        printf("greedy continuation: %s\n", buf);
+    }
+
+    int total_mismatch = 0;
+    printf("%-7s %3s %9s %10s %12s\n", "mode", "b", "compared", "mismatched", "max|diff|");
+
+    // ---- plain: the same tokens in batches of b -----------------------------------------
+    if (o->do_plain) {
+        for (int b = o->bmin; b <= o->bmax; b++) {
+            struct cmp_stats st = {0, 0, 0.0};
+            struct llama_context * ctx = new_ctx(1);
+            decode_prompt(ctx, &batch, prompt, n_prompt, 0);
+            for (int i0 = 0; i0 < N; i0 += b) {
+                const int nb = i0 + b <= N ? b : N - i0;
+                batch.n_tokens = 0;
+                for (int j = 0; j < nb; j++) {
+                    batch_add(&batch, tok[i0 + j], n_prompt + i0 + j, 0, true);
+                }
+                decode_or_die(ctx, &batch);
+                for (int j = 0; j < nb; j++) {
+                    compare(&st, ref + (size_t) (i0 + j) * g_n_vocab, llama_get_logits_ith(ctx, j));
+                }
+            }
+            llama_free(ctx);
+            print_row("plain", b, &st);
+            total_mismatch += st.mismatched;
+        }
+    }
+
+    // ---- reject: verify batches with wrong draft tokens, removed with seq_rm ----------------
+    if (o->do_reject) {
+        for (int b = o->bmin; b <= o->bmax; b++) {
+            struct cmp_stats st = {0, 0, 0.0};
+            struct llama_context * ctx = new_ctx(1);
+            llama_memory_t mem = llama_get_memory(ctx);
+            decode_prompt(ctx, &batch, prompt, n_prompt, 0);
+            int i = 0; // next position (index into tok) to decode; its history is correct
+            while (i < N) {
+                // server layout: [last accepted token, draft_1 .. draft_{b-1}]; the first
+                // k-1 drafts are right, the rest wrong (k in 1..b-1 so there's always a wrong one)
+                int k = 1 + (int) (rng() % (uint32_t) (b - 1));
+                if (i + k > N) k = N - i;
+                batch.n_tokens = 0;
+                for (int j = 0; j < b; j++) {
+                    llama_token t;
+                    if (j < k) {
+                        t = tok[i + j];
+                    } else {
+                        // wrong draft token (different from the right one)
+                        t = (llama_token) ((tok[i + j <= N ? i + j : N] + 1 + (int) (rng() % 1000)) % g_n_vocab);
+                        if (i + j <= N && t == tok[i + j]) t = (t + 1) % g_n_vocab;
+                    }
+                    batch_add(&batch, t, n_prompt + i + j, 0, true);
+                }
+                decode_or_die(ctx, &batch);
+                for (int j = 0; j < k; j++) {
+                    compare(&st, ref + (size_t) (i + j) * g_n_vocab, llama_get_logits_ith(ctx, j));
+                }
+                // reject the wrong drafts: remove their KV cells, like the server does
+                if (!llama_memory_seq_rm(mem, 0, n_prompt + i + k, -1)) {
+                    fprintf(stderr, "llama_memory_seq_rm failed\n");
+                    return 2;
+                }
+                i += k;
+            }
+            llama_free(ctx);
+            print_row("reject", b, &st);
+            total_mismatch += st.mismatched;
+        }
+    }
+
+    // ---- multi: two sequences (server slots) verified together -----------------------------
+    if (o->do_multi) {
+        llama_token * prompt2 = NULL;
+        const int n_prompt2 = tokenize(o->prompt2, &prompt2);
+        const int np[2] = { n_prompt, n_prompt2 };
+        const llama_token * pt[2] = { prompt, prompt2 };
+
+        // reference: both sequences advance one token per llama_decode (a non-speculative
+        // server with two busy slots)
+        llama_token * tk[2];
+        float * rf[2];
+        {
+            struct llama_context * ctx = new_ctx(2);
+            for (int s = 0; s < 2; s++) {
+                tk[s] = (llama_token *) malloc(sizeof(llama_token) * (size_t) (N + 1));
+                rf[s] = (float *) malloc(lsz * (size_t) N);
+                decode_prompt(ctx, &batch, pt[s], np[s], s);
+                tk[s][0] = argmax(llama_get_logits_ith(ctx, -1));
+            }
+            for (int i = 0; i < N; i++) {
+                batch.n_tokens = 0;
+                for (int s = 0; s < 2; s++) {
+                    batch_add(&batch, tk[s][i], np[s] + i, s, true);
+                }
+                decode_or_die(ctx, &batch);
+                for (int s = 0; s < 2; s++) {
+                    memcpy(rf[s] + (size_t) i * g_n_vocab, llama_get_logits_ith(ctx, s), lsz);
+                    tk[s][i + 1] = argmax(rf[s] + (size_t) i * g_n_vocab);
+                }
+            }
+            llama_free(ctx);
+        }
+        const int bmax = o->bmax / 2 > o->bmin ? o->bmax / 2 : o->bmin;
+        for (int b = o->bmin; b <= bmax; b++) {
+            struct cmp_stats st = {0, 0, 0.0};
+            struct llama_context * ctx = new_ctx(2);
+            for (int s = 0; s < 2; s++) {
+                decode_prompt(ctx, &batch, pt[s], np[s], s);
+            }
+            for (int i0 = 0; i0 < N; i0 += b) {
+                const int nb = i0 + b <= N ? b : N - i0;
+                batch.n_tokens = 0;
+                for (int s = 0; s < 2; s++) {
+                    for (int j = 0; j < nb; j++) {
+                        batch_add(&batch, tk[s][i0 + j], np[s] + i0 + j, s, true);
+                    }
+                }
+                decode_or_die(ctx, &batch);
+                for (int s = 0; s < 2; s++) {
+                    for (int j = 0; j < nb; j++) {
+                        compare(&st, rf[s] + (size_t) (i0 + j) * g_n_vocab, llama_get_logits_ith(ctx, s*nb + j));
+                    }
+                }
+            }
+            llama_free(ctx);
+            char name[16];
+            snprintf(name, sizeof(name), "multi%s", o->kv_unified ? "U" : "");
+            print_row(name, b, &st);
+            total_mismatch += st.mismatched;
+        }
+    }
+
+    printf("%s: %d mismatching positions\n", total_mismatch ? "FAIL" : "PASS", total_mismatch);
+
+    llama_batch_free(batch);
+    llama_model_free(g_model);
+    llama_backend_free();
+    return total_mismatch ? 1 : 0;
+}
