@@ -1,0 +1,238 @@
+//! Propose latency on a synthetic 15,000-entry pack, plus pack size and load time.
+//!
+//! Besides criterion's means, prints per-call percentiles (each call timed with `Instant`, so
+//! about 20–40 ns of timer overhead is included) and the pack figures.
+
+use std::hint::black_box;
+use std::time::Instant;
+
+use criterion::Criterion;
+use kolm_rsd::draft::{Drafter, DrafterConfig};
+use kolm_rsd::hash::window_key;
+use kolm_rsd::index::Index;
+use kolm_rsd::pack::{CompileParams, Entry, EntryKind, ModelInfo, Pack, PackMeta, Recommended};
+use kolm_rsd::shape::ShapeTable;
+
+const VOCAB: usize = 32_000;
+
+struct Lcg(u64);
+
+impl Lcg {
+    fn next(&mut self, n: u32) -> u32 {
+        self.0 = self
+            .0
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        ((self.0 >> 33) % u64::from(n)) as u32
+    }
+}
+
+fn shapes() -> ShapeTable {
+    let texts: Vec<String> = (0..VOCAB)
+        .map(|i| match i % 8 {
+            0 => format!("Ġw{i}"),
+            1 => format!("{}", i % 1000),
+            2 => ["{", "}", "\":", "Ġ\"", "\",", ",", "(", ")"][i / 8 % 8].to_string(),
+            3 => "ĊĠĠĠĠ".to_string(),
+            _ => format!("tok{i}"),
+        })
+        .collect();
+    let refs: Vec<&[u8]> = texts.iter().map(|s| s.as_bytes()).collect();
+    ShapeTable::from_token_texts(&refs)
+}
+
+/// A token stream where 70% of tokens follow a fixed successor function.
+fn stream(len: usize, rng: &mut Lcg) -> Vec<i32> {
+    let mut s = vec![1i32];
+    while s.len() < len {
+        let prev = *s.last().unwrap() as u32;
+        let t = if rng.next(10) < 7 {
+            (prev.wrapping_mul(2_654_435_761) >> 7) % 2000
+        } else {
+            rng.next(VOCAB as u32)
+        };
+        s.push(t as i32);
+    }
+    s
+}
+
+fn meta() -> PackMeta {
+    PackMeta {
+        tokenizer: "00112233445566778899aabbccddeeff".into(),
+        model: ModelInfo {
+            name: "synthetic".into(),
+            arch: "none".into(),
+        },
+        compile: CompileParams {
+            k: 4,
+            temperature: 0.7,
+            max_tokens: 256,
+            prompts: 100,
+            heldout: 10,
+        },
+        coverage: Some(0.5),
+        recommended: Recommended::Pack,
+    }
+}
+
+/// `n_entries` entries taken from windows of `s` (2/3 literal n = 1..4, 1/3 shape n = 2..6).
+fn pack_from(s: &[i32], shapes: &ShapeTable, n_entries: usize, rng: &mut Lcg) -> Pack {
+    let mut entries = Vec::new();
+    while entries.len() < n_entries {
+        let i = 8 + rng.next(s.len() as u32 - 8) as usize;
+        let (kind, n) = if entries.len() % 3 == 2 {
+            (EntryKind::Shape, 2 + rng.next(5) as usize)
+        } else {
+            (EntryKind::Literal, 1 + rng.next(4) as usize)
+        };
+        let w = &s[i - n..i];
+        let key = match kind {
+            EntryKind::Literal => window_key(&w.iter().map(|&t| t as u32).collect::<Vec<_>>()),
+            EntryKind::Shape => shapes.window_key(w),
+        };
+        entries.push(Entry {
+            kind,
+            n: n as u8,
+            key,
+            token: s[i] as u32,
+            count: 1 + rng.next(20),
+        });
+    }
+    let mut p = Pack::from_entries(meta(), entries).unwrap();
+    // Duplicates were merged; top up to the exact size.
+    while p.entries().len() < n_entries {
+        let extra = pack_from(s, shapes, n_entries - p.entries().len(), rng);
+        p = p.merge(&extra).unwrap();
+    }
+    p
+}
+
+/// Runs the drafter along `s` as if the target generated it; returns per-call nanoseconds.
+fn run(d: &mut Drafter, s: &[i32], calls: usize, n_max: usize) -> (Vec<u64>, usize) {
+    let mut times = Vec::with_capacity(calls);
+    let (mut out, mut misses) = (Vec::new(), Vec::new());
+    let prompt = 500;
+    let mut pos = prompt;
+    d.begin(0, &s[..prompt]);
+    let mut drafted = 0;
+    let mut fake_now = 0u64;
+    while times.len() < calls {
+        if pos + n_max + 2 >= s.len() || pos > prompt + 4000 {
+            pos = prompt;
+            d.begin(0, &s[..prompt]);
+            d.drain_misses(&mut misses);
+            misses.clear();
+        }
+        let t0 = Instant::now();
+        let g = d.propose(0, &s[..pos], s[pos], n_max, fake_now, &mut out);
+        times.push(t0.elapsed().as_nanos() as u64);
+        let acc = out
+            .iter()
+            .zip(&s[pos + 1..])
+            .take_while(|(a, b)| a == b)
+            .count();
+        d.accept(0, acc);
+        drafted += g;
+        pos += acc + 1;
+        fake_now += 57_000_000 + 30_000_000 * g as u64;
+    }
+    (times, drafted)
+}
+
+fn pct(v: &mut [u64], p: f64) -> u64 {
+    v.sort_unstable();
+    v[((v.len() - 1) as f64 * p) as usize]
+}
+
+fn main() {
+    let mut rng = Lcg(42);
+    let sh = shapes();
+    let s = stream(200_000, &mut rng);
+    let pack = pack_from(&s, &sh, 15_000, &mut rng);
+    let eager = DrafterConfig {
+        beta_prior: vec![(1, 1.0), (16, 1.0)],
+        alpha_prior: 0.95,
+        ..DrafterConfig::default()
+    };
+
+    let mut c = Criterion::default().configure_from_args();
+    {
+        let idx = Index::new(&pack, Some(sh.clone()));
+        let mut i = 1000;
+        c.bench_function("index_lookup_15k", |b| {
+            b.iter(|| {
+                i = if i + 1 >= s.len() { 1000 } else { i + 1 };
+                black_box(idx.lookup(black_box(&s[i - 64..i])))
+            })
+        });
+        let mut d = Drafter::new(Some(Index::new(&pack, Some(sh.clone()))), eager.clone());
+        let (mut out, mut pos, mut now) = (Vec::new(), 1000usize, 0u64);
+        d.begin(0, &s[..1000]);
+        c.bench_function("propose_15k_nmax4_eager", |b| {
+            b.iter(|| {
+                if pos + 8 >= 5000 {
+                    pos = 1000;
+                    d.begin(0, &s[..1000]);
+                }
+                let g = d.propose(0, &s[..pos], s[pos], 4, now, &mut out);
+                let acc = out
+                    .iter()
+                    .zip(&s[pos + 1..])
+                    .take_while(|(a, b)| a == b)
+                    .count();
+                d.accept(0, acc);
+                pos += acc + 1;
+                now += 57_000_000;
+                black_box(g)
+            })
+        });
+        let json = Pack::from_entries(meta(), pack.entries()[..9_000].to_vec())
+            .unwrap()
+            .to_vec();
+        c.bench_function("pack_load_9000_entries", |b| {
+            b.iter(|| {
+                Pack::from_slice(black_box(&json), "bench", None, Some(VOCAB as u32)).unwrap()
+            })
+        });
+    }
+    c.final_summary();
+
+    println!("\n== per-call propose latency, 15,000-entry pack, 200,000 calls ==");
+    for (name, cfg, n_max) in [
+        ("default control, n_max 4", DrafterConfig::default(), 4),
+        ("eager, n_max 4", eager.clone(), 4),
+        ("eager, n_max 8", eager, 8),
+        ("default control, n_max 8", DrafterConfig::default(), 8),
+    ] {
+        let mut d = Drafter::new(Some(Index::new(&pack, Some(sh.clone()))), cfg);
+        run(&mut d, &s, 20_000, n_max); // warm-up
+        let (mut t, drafted) = run(&mut d, &s, 200_000, n_max);
+        let mean = t.iter().sum::<u64>() as f64 / t.len() as f64;
+        let st = d.global_stats();
+        println!(
+            "{name:26} mean {mean:5.0} ns  p50 {:5} ns  p90 {:5} ns  p99 {:5} ns  max {:7} ns | {:.2} drafted/call, hits lit {} shape {} ctx {}",
+            pct(&mut t, 0.5), pct(&mut t, 0.9), pct(&mut t, 0.99), pct(&mut t, 1.0),
+            drafted as f64 / 200_000.0, st.literal_hits, st.shape_hits, st.context_hits
+        );
+    }
+
+    println!("\n== pack size and load ==");
+    for n in [100usize, 1_000, 9_000, 15_000] {
+        let p = Pack::from_entries(meta(), pack.entries()[..n].to_vec()).unwrap();
+        let json = p.to_vec();
+        let mut t = Vec::new();
+        for _ in 0..30 {
+            let t0 = Instant::now();
+            black_box(Pack::from_slice(&json, "bench", None, Some(VOCAB as u32)).unwrap());
+            t.push(t0.elapsed().as_nanos() as u64);
+        }
+        let empty = Pack::from_entries(meta(), vec![]).unwrap().to_vec().len();
+        println!(
+            "{n:6} entries: {:7} bytes ({:.0} bytes/100 entries incl. ~{empty} bytes of metadata, {:.0} without), load p50 {:.3} ms",
+            json.len(),
+            json.len() as f64 * 100.0 / n as f64,
+            (json.len() - empty) as f64 * 100.0 / n as f64,
+            pct(&mut t, 0.5) as f64 / 1e6
+        );
+    }
+}

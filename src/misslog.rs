@@ -1,0 +1,306 @@
+//! The miss log: drafter misses as JSON lines, read back and folded into recipe candidates for
+//! the next compile.
+//!
+//! One line per miss: `{"kind":"rejected","context":[151644,872,198],"token":13}`.
+//!
+//! Size bound: appending stops once the file would exceed its cap (the misses are dropped and
+//! counted by the caller). Stopping rather than rotating keeps the writer trivial and the file
+//! a single valid stream; compile consumes the log and starts a fresh one, so the cap only bites
+//! when nobody compiles, and then older misses are as good as newer ones.
+//!
+//! Reading is tolerant: the log is written by a process that may die mid-line, so malformed,
+//! over-long or out-of-range lines are skipped and counted, not fatal.
+
+use std::fs::OpenOptions;
+use std::io::{self, BufRead, Read, Write};
+use std::path::{Path, PathBuf};
+
+use ahash::AHashMap;
+use serde::{Deserialize, Serialize};
+
+use crate::align::{Observation, Recipes};
+use crate::draft::{Miss, MissKind, MISS_CONTEXT};
+use crate::hash::literal_suffix_keys;
+use crate::pack::EntryKind;
+
+/// Longest line the reader accepts.
+const MAX_LINE: usize = 1024;
+
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum LineKind {
+    Rejected,
+    Uncovered,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Line {
+    kind: LineKind,
+    context: Vec<i32>,
+    token: i32,
+}
+
+/// An append-only miss log with a size cap.
+pub struct MissLog {
+    path: PathBuf,
+    cap_bytes: u64,
+}
+
+impl MissLog {
+    pub fn new(path: impl Into<PathBuf>, cap_bytes: u64) -> MissLog {
+        MissLog {
+            path: path.into(),
+            cap_bytes,
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Appends as many of `misses` as fit under the cap, in one write; returns how many.
+    pub fn append(&self, misses: &[Miss]) -> io::Result<usize> {
+        let mut f = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.path)?;
+        let mut size = f.metadata()?.len();
+        let mut buf = Vec::new();
+        let mut written = 0;
+        for m in misses {
+            let line = Line {
+                kind: match m.kind {
+                    MissKind::Rejected => LineKind::Rejected,
+                    MissKind::Uncovered => LineKind::Uncovered,
+                },
+                context: m.context.clone(),
+                token: m.token,
+            };
+            let start = buf.len();
+            serde_json::to_writer(&mut buf, &line).map_err(io::Error::other)?;
+            buf.push(b'\n');
+            let len = (buf.len() - start) as u64;
+            if size + len > self.cap_bytes {
+                buf.truncate(start);
+                break;
+            }
+            size += len;
+            written += 1;
+        }
+        f.write_all(&buf)?;
+        Ok(written)
+    }
+}
+
+/// Lines read and lines skipped by [`read_misses`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReadReport {
+    pub read: usize,
+    pub skipped: usize,
+}
+
+/// Reads up to `max_misses` misses from a log into `out`, skipping bad lines.
+pub fn read_misses(
+    mut r: impl BufRead,
+    max_misses: usize,
+    out: &mut Vec<Miss>,
+) -> io::Result<ReadReport> {
+    let mut report = ReadReport::default();
+    let mut line = Vec::with_capacity(MAX_LINE + 1);
+    while report.read < max_misses {
+        line.clear();
+        let n = r
+            .by_ref()
+            .take(MAX_LINE as u64 + 1)
+            .read_until(b'\n', &mut line)?;
+        if n == 0 {
+            break;
+        }
+        if line.last() != Some(&b'\n') && n > MAX_LINE {
+            // Over-long line: skip the rest of it.
+            let mut rest = Vec::new();
+            r.read_until(b'\n', &mut rest)?;
+            report.skipped += 1;
+            continue;
+        }
+        let text = line.strip_suffix(b"\n").unwrap_or(&line);
+        if text.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        match serde_json::from_slice::<Line>(text) {
+            Ok(l)
+                if l.token >= 0
+                    && l.context.len() <= MISS_CONTEXT
+                    && l.context.iter().all(|&t| t >= 0) =>
+            {
+                let kind = match l.kind {
+                    LineKind::Rejected => MissKind::Rejected,
+                    LineKind::Uncovered => MissKind::Uncovered,
+                };
+                out.push(Miss {
+                    kind,
+                    context: l.context,
+                    token: l.token,
+                });
+                report.read += 1;
+            }
+            _ => report.skipped += 1,
+        }
+    }
+    Ok(report)
+}
+
+/// Folds misses into literal recipe candidates: for each context suffix (1 to
+/// `recipes.max_n_literal()` tokens), a next token seen at least `min_seen` times becomes a
+/// candidate with that count, and the other tokens seen after the same suffix count against it.
+pub fn fold_misses(misses: &[Miss], min_seen: u32, recipes: &mut Recipes) {
+    let max_n = recipes.max_n_literal().min(MISS_CONTEXT);
+    // (n, key) → (parent key, [(token, times seen)])
+    type Seen = (Option<u64>, Vec<(u32, u32)>);
+    let mut by_ctx: AHashMap<(u8, u64), Seen> = AHashMap::new();
+    let mut keys = [0u64; MISS_CONTEXT];
+    for m in misses {
+        let Ok(token) = u32::try_from(m.token) else {
+            continue;
+        };
+        let n = literal_suffix_keys(&m.context, max_n, &mut keys);
+        for i in 0..n {
+            let slot = by_ctx
+                .entry((i as u8 + 1, keys[i]))
+                .or_insert_with(|| (i.checked_sub(1).map(|p| keys[p]), Vec::new()));
+            match slot.1.iter_mut().find(|(t, _)| *t == token) {
+                Some((_, c)) => *c += 1,
+                None => slot.1.push((token, 1)),
+            }
+        }
+    }
+    for ((n, key), (parent, tokens)) in by_ctx {
+        let total: u32 = tokens.iter().map(|&(_, c)| c).sum();
+        for &(token, count) in tokens.iter().filter(|&&(_, c)| c >= min_seen) {
+            recipes.add(Observation {
+                kind: EntryKind::Literal,
+                n,
+                key,
+                parent,
+                token,
+                count,
+                conflicts: total - count,
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::align::{AlignConfig, BuildConfig};
+    use crate::index::Index;
+    use crate::pack::tests::meta;
+
+    fn miss(context: &[i32], token: i32) -> Miss {
+        Miss {
+            kind: MissKind::Rejected,
+            context: context.to_vec(),
+            token,
+        }
+    }
+
+    fn temp(name: &str) -> PathBuf {
+        let p = std::env::temp_dir().join(format!("kolm-misslog-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_file(&p);
+        p
+    }
+
+    #[test]
+    fn round_trip_and_cap() {
+        let path = temp("cap");
+        let log = MissLog::new(&path, 100);
+        let misses = [
+            miss(&[1, 2, 3], 4),
+            Miss {
+                kind: MissKind::Uncovered,
+                context: vec![],
+                token: 0,
+            },
+            miss(&[9], 9),
+        ];
+        assert_eq!(log.append(&misses[..2]).unwrap(), 2);
+        let size = std::fs::metadata(&path).unwrap().len();
+        assert!(size <= 100);
+        assert_eq!(
+            log.append(&misses[2..]).unwrap(),
+            0,
+            "the next line would pass the cap"
+        );
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), size);
+        let mut back = Vec::new();
+        let rep = read_misses(
+            io::BufReader::new(std::fs::File::open(&path).unwrap()),
+            100,
+            &mut back,
+        )
+        .unwrap();
+        assert_eq!(
+            rep,
+            ReadReport {
+                read: 2,
+                skipped: 0
+            }
+        );
+        assert_eq!(back, misses[..2]);
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn reader_skips_bad_lines() {
+        let long = format!(
+            "{{\"kind\":\"rejected\",\"context\":[],\"token\":1{}}}\n",
+            " ".repeat(2000)
+        );
+        let text = format!(
+            "{}\nnot json\n{{\"kind\":\"rejected\",\"context\":[-1],\"token\":1}}\n{{\"kind\":\"rejected\",\"context\":[1,2,3,4,5,6,7,8,9],\"token\":1}}\n{long}\n{}\n{{\"kind\":\"uncov",
+            r#"{"kind":"rejected","context":[5],"token":6}"#, r#"{"kind":"uncovered","context":[7],"token":8}"#
+        );
+        let mut out = Vec::new();
+        let rep = read_misses(text.as_bytes(), 100, &mut out).unwrap();
+        assert_eq!(
+            rep,
+            ReadReport {
+                read: 2,
+                skipped: 5
+            }
+        );
+        assert_eq!(
+            out[1],
+            Miss {
+                kind: MissKind::Uncovered,
+                context: vec![7],
+                token: 8
+            }
+        );
+        let mut few = Vec::new();
+        assert_eq!(read_misses(text.as_bytes(), 1, &mut few).unwrap().read, 1);
+    }
+
+    #[test]
+    fn misses_seen_often_enough_become_entries() {
+        let mut misses = vec![miss(&[1, 2, 3], 4); 3];
+        misses.push(miss(&[7, 8], 9)); // seen once: below min_seen
+        misses.extend(vec![miss(&[5, 6], 1); 3]);
+        misses.extend(vec![miss(&[0, 6], 2); 3]); // "6" is ambiguous, "5 6" and "0 6" are not
+        let mut r = Recipes::new(AlignConfig::default(), None);
+        fold_misses(&misses, 2, &mut r);
+        let idx = Index::new(&r.build(meta(), &BuildConfig::default()).unwrap(), None);
+        assert_eq!(idx.lookup(&[1, 2, 3]).map(|h| h.token), Some(4));
+        assert_eq!(
+            idx.lookup(&[3]).map(|h| (h.token, h.n)),
+            Some((4, 1)),
+            "shortest reliable suffix kept"
+        );
+        assert_eq!(idx.lookup(&[7, 8]), None);
+        assert_eq!(idx.lookup(&[5, 6]).map(|h| h.token), Some(1));
+        assert_eq!(idx.lookup(&[0, 6]).map(|h| h.token), Some(2));
+        assert_eq!(idx.lookup(&[6]), None);
+    }
+}

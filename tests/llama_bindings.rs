@@ -1,0 +1,67 @@
+//! The safe llama layer on the real test model: load, metadata, tokenize round trip, greedy generation,
+//! and clear errors for missing or broken model files.
+
+mod common;
+
+use kolm_rsd::llama::{argmax, Batch, Context, ContextOptions, GgufFile, Model, ModelOptions};
+
+#[test]
+fn greedy_generation_is_deterministic_and_readable() {
+    let path = common::smol();
+    let model = Model::load(&path, &ModelOptions::default()).unwrap();
+    assert_eq!(model.n_vocab(), 49_152);
+    let prompt = model.chat_prompt("What is the capital of France? Answer in one word.").expect("SmolLM2 has a chat template");
+    assert!(prompt.contains("<|im_start|>assistant"), "{prompt}");
+    let tokens = model.tokenize(&prompt, true, true).unwrap();
+    assert_eq!(model.detokenize(&tokens), prompt, "tokenize/detokenize round trip");
+
+    let run = || {
+        let mut ctx = Context::new(&model, &ContextOptions::default()).unwrap();
+        let mut batch = Batch::new(tokens.len(), 1);
+        for (i, &t) in tokens.iter().enumerate() {
+            batch.add(t, i as i32, &[0], i + 1 == tokens.len());
+        }
+        ctx.decode(&batch).unwrap();
+        let mut out = vec![];
+        let mut tok = argmax(ctx.logits(-1));
+        for i in 0..16 {
+            if model.is_eog(tok) {
+                break;
+            }
+            out.push(tok);
+            batch.clear();
+            batch.add(tok, (tokens.len() + i) as i32, &[0], true);
+            ctx.decode(&batch).unwrap();
+            tok = argmax(ctx.logits(0));
+        }
+        out
+    };
+    let a = run();
+    assert!(!a.is_empty());
+    assert_eq!(a, run(), "greedy decoding twice gives the same tokens");
+    assert!(model.detokenize(&a).contains("Paris"), "{}", model.detokenize(&a));
+}
+
+#[test]
+fn gguf_directory_names_the_head() {
+    let g = GgufFile::open(&common::smol()).unwrap();
+    assert_eq!(g.get_str("general.architecture").as_deref(), Some("llama"));
+    assert_eq!(g.array_len("tokenizer.ggml.tokens"), Some(49_152));
+    let head = g.head_tensor().unwrap();
+    assert_eq!(head.name, "token_embd.weight", "SmolLM2 ties its embeddings");
+    assert_eq!(head.shape, vec![576, 49_152]);
+}
+
+#[test]
+fn missing_and_corrupt_models_are_clear_errors() {
+    let dir = common::scratch("bad-models");
+    let missing = dir.join("nope.gguf");
+    let e = Model::load(&missing, &ModelOptions::default()).err().unwrap().to_string();
+    assert!(e.contains("nope.gguf") && e.contains("no such file"), "{e}");
+    let junk = dir.join("junk.gguf");
+    std::fs::write(&junk, b"GGUF but not really").unwrap();
+    let e = GgufFile::open(&junk).err().unwrap().to_string();
+    assert!(e.contains("junk.gguf") && e.contains("not a valid GGUF"), "{e}");
+    let e = Model::load(&junk, &ModelOptions::default()).err().unwrap().to_string();
+    assert!(e.contains("junk.gguf") && e.contains("cannot load"), "{e}");
+}
