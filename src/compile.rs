@@ -32,7 +32,7 @@ pub struct CompileOptions {
 impl Default for CompileOptions {
     fn default() -> Self {
         CompileOptions {
-            sampling: Sampling { samples: 4, temperature: 0.7, top_k: 40, max_tokens: 192, seed: 1 },
+            sampling: Sampling { samples: 4, temperature: 0.7, top_k: 40, max_tokens: 192, seed: 1, with_greedy: true },
             misses: vec![],
             miss_min_seen: 2,
             coverage_draft: 4,
@@ -82,10 +82,13 @@ pub fn compile(model: &Model, name: &str, prompts: &[Prompt], opts: &CompileOpti
     let held_toks = held.iter().map(tokenize).collect::<Result<Vec<_>, _>>()?;
     let longest = train_toks.iter().chain(&held_toks).map(Vec::len).max().unwrap_or(0);
     let s = &opts.sampling;
-    let mut teacher = Teacher::new(model, s.samples.max(1), longest + s.max_tokens + 8)?;
+    let mut teacher = Teacher::new(model, s.n_seq(), longest + s.max_tokens + 8)?;
     let texts = token_texts(model);
     let shapes = ShapeTable::from_token_texts(&texts);
-    let mut recipes = Recipes::new(AlignConfig::default(), Some(shapes.clone()));
+    // A token is deterministic when every sample that reached the same context agrees on it: samples
+    // that took another path say nothing about it. Two samples sharing a context is the least evidence.
+    let align = AlignConfig { min_support: Some(2), ..AlignConfig::default() };
+    let mut recipes = Recipes::new(align, Some(shapes.clone()));
 
     bar.set_length(((train.len() * s.samples) + held.len()) as u64);
     let mut rng = fastrand::Rng::with_seed(s.seed);

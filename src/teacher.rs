@@ -12,6 +12,16 @@ pub struct Sampling {
     pub top_k: usize,
     pub max_tokens: usize,
     pub seed: u64,
+    /// Adds the greedy continuation as one more sequence of the batch: it is exactly what serving
+    /// with temperature 0 produces, so the recipes it agrees on are the ones that pay.
+    pub with_greedy: bool,
+}
+
+impl Sampling {
+    /// Sequences decoded per prompt (the samples, plus the greedy one).
+    pub fn n_seq(&self) -> usize {
+        self.samples.max(1) + self.with_greedy as usize
+    }
 }
 
 /// A model and a context sized for K sequences, reused across prompts.
@@ -48,13 +58,18 @@ impl<'m> Teacher<'m> {
         Ok(self.ctx.logits(-1).to_vec())
     }
 
-    /// K sampled continuations of `prompt`, each stopping at end-of-generation or max_tokens.
+    /// K sampled continuations of `prompt` (the greedy one first when `with_greedy`), each stopping at
+    /// end-of-generation or max_tokens.
     pub fn sample(&mut self, prompt: &[Token], s: &Sampling, rng: &mut fastrand::Rng) -> Result<Vec<Vec<Token>>, LlamaError> {
-        let k = s.samples.min(self.n_seq);
+        let k = s.n_seq().min(self.n_seq);
+        let greedy = Sampling { temperature: 0.0, ..s.clone() };
+        let pick = |j: usize, logits: &[f32], rng: &mut fastrand::Rng| {
+            sample_token(logits, if s.with_greedy && j == 0 { &greedy } else { s }, rng)
+        };
         let budget = s.max_tokens.min(self.n_ctx_seq.saturating_sub(prompt.len() + 1));
         let first = self.prefill(prompt, k)?;
         let mut outs: Vec<Vec<Token>> = vec![Vec::new(); k];
-        let mut next: Vec<Token> = (0..k).map(|_| sample_token(&first, s, rng)).collect();
+        let mut next: Vec<Token> = (0..k).map(|j| pick(j, &first, rng)).collect();
         let mut live: Vec<bool> = vec![true; k];
         let mut batch = Batch::new(k, 1);
         for step in 0..budget {
@@ -77,7 +92,7 @@ impl<'m> Teacher<'m> {
             }
             self.ctx.decode(&batch)?;
             for (i, &j) in rows.iter().enumerate() {
-                next[j] = sample_token(self.ctx.logits(i as i32), s, rng);
+                next[j] = pick(j, self.ctx.logits(i as i32), rng);
             }
         }
         Ok(outs)
@@ -132,7 +147,7 @@ mod tests {
     #[test]
     fn zero_temperature_is_argmax_and_sampling_stays_in_top_k() {
         let logits = [0.1, 3.0, 2.9, -1.0, 0.0];
-        let mut s = Sampling { samples: 1, temperature: 0.0, top_k: 40, max_tokens: 1, seed: 0 };
+        let mut s = Sampling { samples: 1, temperature: 0.0, top_k: 40, max_tokens: 1, seed: 0, with_greedy: false };
         let mut rng = fastrand::Rng::with_seed(7);
         assert_eq!(sample_token(&logits, &s, &mut rng), 1);
         s.temperature = 1.0;

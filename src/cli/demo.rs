@@ -16,7 +16,7 @@ pub struct DemoArgs {
     #[arg(long, default_value = fetch::DEFAULT_MODEL)]
     pub model: String,
     /// Tokens generated per held-out prompt.
-    #[arg(long, default_value_t = 192)]
+    #[arg(long, default_value_t = 128)]
     pub n_predict: u32,
     /// Recompile the pack even if one is already beside the model.
     #[arg(long)]
@@ -39,6 +39,7 @@ pub fn run(a: &DemoArgs) -> CliResult {
             temperature: 0.7,
             max_tokens: a.n_predict as usize,
             seed: 1,
+            no_greedy: false,
             misses: vec![],
             output: Some(pack_path.clone()),
         })?;

@@ -25,6 +25,9 @@ pub struct CompileArgs {
     pub max_tokens: usize,
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Do not add the greedy continuation as an extra sequence of each batch.
+    #[arg(long)]
+    pub no_greedy: bool,
     /// Miss logs from serving to fold in (repeatable).
     #[arg(long)]
     pub misses: Vec<PathBuf>,
@@ -52,6 +55,7 @@ pub fn run_compile(a: &CompileArgs) -> Result<CompileReport, Box<dyn std::error:
     opts.sampling.temperature = a.temperature;
     opts.sampling.max_tokens = a.max_tokens;
     opts.sampling.seed = a.seed;
+    opts.sampling.with_greedy = !a.no_greedy;
     opts.misses = a.misses.clone();
     let b = bar("compile");
     let report = compile(&model, &name, &prompts, &opts, &b)?;
@@ -67,8 +71,13 @@ pub fn run_compile(a: &CompileArgs) -> Result<CompileReport, Box<dyn std::error:
     let bytes = pack.to_vec();
     write_atomic(&out, &bytes).map_err(|e| format!("{}: {e}", out.display()))?;
     println!(
-        "compiled {} prompts x {} samples ({} tokens sampled, {} misses folded) in {:.0} s",
-        report.train_prompts, a.samples, report.sampled_tokens, report.misses_folded, report.seconds
+        "compiled {} prompts x {} samples{} ({} tokens sampled, {} misses folded) in {:.0} s",
+        report.train_prompts,
+        a.samples,
+        if a.no_greedy { "" } else { " + greedy" },
+        report.sampled_tokens,
+        report.misses_folded,
+        report.seconds
     );
     println!(
         "pack: {} entries, {} bytes ({:.2} KB per 100 entries) -> {}",

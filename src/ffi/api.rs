@@ -12,10 +12,27 @@ use std::ptr::NonNull;
 /// Version of this C API; bumped on any incompatible change.
 pub const KOLM_RSD_ABI_VERSION: u32 = 1;
 
-/// Opaque drafter handle.
+/// Opaque drafter handle (also the state behind the llama.cpp plugin entry points).
 pub struct KolmRsd {
-    engine: Engine,
+    pub(crate) engine: Engine,
     scratch: Vec<i32>,
+}
+
+impl KolmRsd {
+    pub(crate) fn new(engine: Engine) -> KolmRsd {
+        KolmRsd { engine, scratch: Vec::new() }
+    }
+
+    /// Proposes for sequence index `s` and copies the draft to `out`; returns its length.
+    ///
+    /// # Safety
+    /// `out` has room for `n_max` ids (it may be NULL only when `n_max` is 0).
+    pub(crate) unsafe fn propose_into(&mut self, s: usize, tokens: &[i32], id_last: i32, n_max: usize, out: *mut i32) -> usize {
+        let n = self.engine.propose(s, tokens, id_last, n_max, &mut self.scratch);
+        // SAFETY: n ≤ n_max and out has room for n_max ids per the contract.
+        unsafe { std::ptr::copy_nonoverlapping(self.scratch.as_ptr(), out, n) };
+        n
+    }
 }
 
 /// Options of `kolm_rsd_load`; start from `kolm_rsd_options_default`.
@@ -150,7 +167,7 @@ pub unsafe extern "C" fn kolm_rsd_load(
         // SAFETY: the caller keeps the model alive longer than the handle.
         let model = unsafe { Model::borrowed(model) };
         let engine = Engine::new(&model, cfg).map_err(map_engine)?;
-        let h = Box::new(KolmRsd { engine, scratch: Vec::new() });
+        let h = Box::new(KolmRsd::new(engine));
         // SAFETY: out is non-null and writable.
         unsafe { out.as_ptr().write(Box::into_raw(h)) };
         Ok(())
@@ -171,7 +188,7 @@ pub unsafe extern "C" fn kolm_rsd_begin(rsd: *mut KolmRsd, seq: i32, prompt: *co
     })
 }
 
-fn seq_index(e: &Engine, seq: i32) -> Result<usize, FfiError> {
+pub(crate) fn seq_index(e: &Engine, seq: i32) -> Result<usize, FfiError> {
     usize::try_from(seq)
         .ok()
         .filter(|&s| s < e.n_seq())
@@ -203,11 +220,9 @@ pub unsafe extern "C" fn kolm_rsd_propose(
         // SAFETY: caller contract for rsd and tokens.
         let (h, toks) = unsafe { (handle(rsd)?, self::tokens(tokens, n_tokens, "tokens")?) };
         let s = seq_index(&h.engine, seq)?;
-        let KolmRsd { engine, scratch } = h;
-        let n = engine.propose(s, toks, id_last, n_max, scratch);
-        // SAFETY: out has room for n_max ≥ n tokens; n_out is writable.
+        // SAFETY: out has room for n_max tokens (checked non-null above when n_max > 0); n_out is writable.
         unsafe {
-            std::ptr::copy_nonoverlapping(scratch.as_ptr(), out, n);
+            let n = h.propose_into(s, toks, id_last, n_max, out);
             n_out.as_ptr().write(n);
         }
         Ok(())

@@ -1,6 +1,7 @@
 //! The llama.cpp speculative-plugin entry points (docs/plugin-abi.md): what `llama-server --spec-plugin
 //! libkolm_rsd.so` calls. Thin: arguments are checked here, the work is the engine's.
 
+use super::api::{seq_index, KolmRsd};
 use super::error::{boundary_value, last_error_ptr, set_last_error, FfiError};
 use crate::engine::{Engine, EngineConfig};
 use crate::llama::{sys, Model};
@@ -22,11 +23,6 @@ pub struct LlamaSpecPluginParams {
     pub n_max: i32,
 }
 
-struct Plugin {
-    engine: Engine,
-    scratch: Vec<i32>,
-}
-
 /// # Safety
 /// `p` is NULL or NUL-terminated.
 unsafe fn c_str<'a>(p: *const c_char, what: &str) -> Result<&'a str, FfiError> {
@@ -39,16 +35,13 @@ unsafe fn c_str<'a>(p: *const c_char, what: &str) -> Result<&'a str, FfiError> {
 
 /// # Safety
 /// `p` is a pointer returned by `llama_spec_plugin_init` and not freed.
-unsafe fn plugin<'a>(p: *mut c_void) -> Result<&'a mut Plugin, FfiError> {
+unsafe fn plugin<'a>(p: *mut c_void) -> Result<&'a mut KolmRsd, FfiError> {
     // SAFETY: per the contract; the host calls one plugin from one thread at a time.
-    unsafe { p.cast::<Plugin>().as_mut() }.ok_or_else(|| FfiError::null("plugin"))
+    unsafe { p.cast::<KolmRsd>().as_mut() }.ok_or_else(|| FfiError::null("plugin"))
 }
 
-fn seq(p: &Plugin, seq_id: i32) -> Result<usize, FfiError> {
-    usize::try_from(seq_id)
-        .ok()
-        .filter(|&s| s < p.engine.n_seq())
-        .ok_or_else(|| FfiError::invalid(format!("sequence {seq_id} out of range")))
+fn seq(p: &KolmRsd, seq_id: i32) -> Result<usize, FfiError> {
+    seq_index(&p.engine, seq_id)
 }
 
 #[no_mangle]
@@ -84,7 +77,7 @@ pub unsafe extern "C" fn llama_spec_plugin_init(params: *const LlamaSpecPluginPa
         let model = unsafe { Model::borrowed(model) };
         let engine = Engine::new(&model, cfg).map_err(|e| FfiError::invalid(format!("kolm-rsd: {e}")))?;
         eprintln!("kolm-rsd: {}", engine.describe());
-        Ok(Box::into_raw(Box::new(Plugin { engine, scratch: Vec::new() })).cast())
+        Ok(Box::into_raw(Box::new(KolmRsd::new(engine))).cast())
     })
 }
 
@@ -138,11 +131,8 @@ pub unsafe extern "C" fn llama_spec_plugin_draft(
         }
         // SAFETY: tokens holds n_tokens ids per the caller.
         let toks = unsafe { slice(tokens, n_tokens) };
-        let Plugin { engine, scratch } = p;
-        let n = engine.propose(s, toks, id_last, n_max, scratch);
-        // SAFETY: out has room for n_max ≥ n ids.
-        unsafe { std::ptr::copy_nonoverlapping(scratch.as_ptr(), out, n) };
-        Ok(n as i32)
+        // SAFETY: out is non-null with room for n_max ids per the ABI.
+        Ok(unsafe { p.propose_into(s, toks, id_last, n_max, out) } as i32)
     })
 }
 
@@ -166,7 +156,7 @@ pub unsafe extern "C" fn llama_spec_plugin_free(plugin_ptr: *mut c_void) {
     boundary_value((), || {
         if !plugin_ptr.is_null() {
             // SAFETY: created by Box::into_raw in init, freed once.
-            let p = unsafe { Box::from_raw(plugin_ptr.cast::<Plugin>()) };
+            let p = unsafe { Box::from_raw(plugin_ptr.cast::<KolmRsd>()) };
             eprintln!("kolm-rsd: {}", p.engine.summary());
         }
         Ok(())

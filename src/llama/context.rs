@@ -9,7 +9,8 @@ pub struct ContextOptions {
     pub n_ctx: u32,
     pub n_batch: u32,
     pub n_seq: u32,
-    /// Threads; 0 = llama.cpp's default.
+    /// Threads; 0 = one per available core (llama.cpp's own default is a fixed 4, which oversubscribes
+    /// small machines).
     pub n_threads: i32,
     /// Flash attention: None = llama.cpp's auto choice.
     pub flash_attn: Option<bool>,
@@ -50,10 +51,12 @@ impl<'m> Context<'m> {
             p.n_seq_max = opts.n_seq;
             p.no_perf = true;
             p.kv_unified = opts.kv_unified;
-            if opts.n_threads > 0 {
-                p.n_threads = opts.n_threads;
-                p.n_threads_batch = opts.n_threads;
-            }
+            let n_threads = match opts.n_threads {
+                0 => std::thread::available_parallelism().map_or(4, |n| n.get() as i32),
+                n => n,
+            };
+            p.n_threads = n_threads;
+            p.n_threads_batch = n_threads;
             p.flash_attn_type = match opts.flash_attn {
                 None => sys::LLAMA_FLASH_ATTN_TYPE_AUTO,
                 Some(true) => sys::LLAMA_FLASH_ATTN_TYPE_ENABLED,
@@ -91,6 +94,26 @@ impl<'m> Context<'m> {
         unsafe {
             let p = sys::llama_get_logits_ith(self.ptr.as_ptr(), i);
             assert!(!p.is_null(), "no logits for batch index {i}");
+            std::slice::from_raw_parts(p, n)
+        }
+    }
+
+    /// Also return, for every token that asks for logits, the final normed hidden state (the input of
+    /// the LM head, llama.cpp's `result_norm`); read it with [`Context::embeddings`].
+    pub fn set_embeddings(&mut self, on: bool) {
+        // SAFETY: live context; the flag only changes which outputs the next decode copies back.
+        unsafe { sys::llama_set_embeddings(self.ptr.as_ptr(), on) };
+    }
+
+    /// The hidden state (n_embd floats) of the i-th token of the last decoded batch that asked for
+    /// logits, when embeddings are on (see [`Context::set_embeddings`]).
+    pub fn embeddings(&self, i: i32) -> &[f32] {
+        let n = self.model.n_embd();
+        // SAFETY: llama_get_embeddings_ith returns NULL for an index without outputs (checked) or a
+        // pointer to n_embd floats valid until the next decode, which needs &mut self.
+        unsafe {
+            let p = sys::llama_get_embeddings_ith(self.ptr.as_ptr(), i);
+            assert!(!p.is_null(), "no embeddings for batch index {i} (set_embeddings(true) first)");
             std::slice::from_raw_parts(p, n)
         }
     }
