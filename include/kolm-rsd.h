@@ -53,7 +53,7 @@ typedef enum kolm_rsd_result {
 } kolm_rsd_result;
 
 /*
- Opaque drafter handle.
+ Opaque drafter handle (also the state behind the llama.cpp plugin entry points).
  */
 typedef struct kolm_rsd kolm_rsd;
 

@@ -103,6 +103,18 @@ impl Server {
         }
         cmd.args(&opts.extra);
         cmd.stdin(Stdio::null()).stdout(log.try_clone().map_err(|e| ServerError::Start(e.to_string()))?).stderr(log);
+        #[cfg(target_os = "linux")]
+        {
+            use std::os::unix::process::CommandExt;
+            // SAFETY: prctl is async-signal-safe and touches only the child being set up: the server then
+            // gets SIGTERM when its parent dies, so no llama-server outlives a killed test or CLI.
+            unsafe {
+                cmd.pre_exec(|| {
+                    libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+                    Ok(())
+                });
+            }
+        }
         let child = cmd.spawn().map_err(|e| ServerError::Start(format!("{}: {e}", llama_server_path().display())))?;
         let mut server = Server { child, port, log: opts.log.clone() };
         server.wait_ready(Duration::from_secs(180))?;

@@ -59,3 +59,16 @@ fn without_the_fix_the_check_does_catch_differences() {
     let (ok, out) = batch_invariance(&["-fa", "off", "--mode", "plain"], Some("0"));
     assert!(!ok, "the upstream kernels were expected to differ bitwise\n{out}");
 }
+
+#[test]
+fn verify_batches_are_bitwise_on_qwen_q4_k_m() {
+    // Qwen2.5-Coder-0.5B Q4_K_M exercises the repacked Q4_K and the Q6_K paths that SmolLM2's Q4_1 does not.
+    let model = kolm_rsd::fetch::model("qwen2.5-coder-0.5b", false).expect("fetch qwen2.5-coder-0.5b");
+    let dir = common::scratch("c-batch-invariance-qwen");
+    let exe = dir.join("batch_invariance");
+    common::cc(&["tests/c/batch_invariance.c"], &exe, false, false);
+    for fa in ["off", "on"] {
+        let (ok, out) = run(Command::new(&exe).arg(&model).args(["-n", "16", "-bmin", "2", "-bmax", "6", "-q", "--mode", "plain", "-fa", fa]));
+        assert!(ok, "Qwen, flash attention {fa}: batched logits differ from single-token decoding\n{out}");
+    }
+}
