@@ -7,17 +7,20 @@
 //! and plugin entry points), `server` (a real llama-server over HTTP), `fetch`, `workload`.
 
 pub mod align;
+pub mod bench;
 pub mod compile;
 pub mod draft;
 pub mod engine;
 pub mod fetch;
 pub mod ffi;
 pub mod hash;
+pub mod head;
 pub mod index;
 pub mod llama;
 pub mod misslog;
 pub mod pack;
 pub mod server;
 pub mod shape;
+pub mod shortlist;
 pub mod teacher;
 pub mod workload;

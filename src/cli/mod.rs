@@ -3,9 +3,11 @@
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 
+mod bench;
 mod demo;
 mod model;
 mod pack;
+mod shortlist;
 
 #[derive(Parser)]
 #[command(name = "kolm-rsd", version, about = "Speculative decoding for llama.cpp: recipe packs and shortlist drafting")]
@@ -37,8 +39,13 @@ enum Cmd {
         #[arg(short, long)]
         output: PathBuf,
     },
+    /// Static shortlists for a restricted LM head: build one, report coverage, parity and head time.
+    #[command(subcommand)]
+    Shortlist(shortlist::ShortlistCmd),
     /// The main job on the embedded default: fetch, compile a pack, serve with and without the plugin.
     Demo(demo::DemoArgs),
+    /// Benchmark kolm-rsd against llama.cpp's own drafters side by side, with the ceiling (issue 5).
+    Bench(bench::BenchArgs),
 }
 
 pub fn run() -> i32 {
@@ -49,6 +56,11 @@ pub fn run() -> i32 {
         Cmd::Inspect { pack, model, top } => pack::run_inspect(&pack, model.as_deref(), top),
         Cmd::Merge { inputs, output } => pack::run_merge(&inputs, &output),
         Cmd::Demo(a) => demo::run(&a),
+        Cmd::Bench(a) => match bench::run(a) {
+            Ok(code) => return code,
+            Err(e) => Err(e),
+        },
+        Cmd::Shortlist(c) => shortlist::run(c),
     };
     match result {
         Ok(()) => 0,

@@ -1,0 +1,74 @@
+//! The benchmark harness end to end on SmolLM2-135M, shrunk: two held-out JSON-extraction prompts, no
+//! speculation against llama.cpp's ngram-cache (with lookup caches written by our own writer, so llama.cpp's
+//! loader checks the format) and the kolm-rsd pack + context n-grams (compiled in process from the same
+//! training prompts). Outputs must be byte-identical; the numbers must be sane. No timing assertions.
+
+mod common;
+
+use kolm_rsd::bench::{self, config::ConfigKind, prep, report, BenchOptions, Quiet};
+
+#[test]
+fn quick_bench_gives_identical_outputs_and_sane_numbers() {
+    kolm_rsd::llama::quiet_logs();
+    let model = common::smol();
+    let out = common::scratch("bench-quick");
+    let mut o = BenchOptions::quick();
+    o.models = vec![model.display().to_string()];
+    o.prompts = 2;
+    o.train_prompts = 8;
+    o.n_predict = 32;
+    o.sampling.max_tokens = 32;
+    o.sampling.samples = 2;
+    o.configs = vec![ConfigKind::None, ConfigKind::NgramCache, ConfigKind::PackContext];
+    o.out = out.clone();
+    o.fetch = false;
+    o.beta_reps = 3;
+    // one thread: on a shared 2-core machine two OpenMP threads per server can stall each other badly
+    o.threads = Some(1);
+    let builder = prep::compile_pack_builder();
+    let r = bench::run(&o, Some(&*builder), &Quiet).expect("bench runs");
+
+    assert!(r.mismatches.is_empty(), "outputs differ from no speculation: {:#?}", r.mismatches);
+    assert_eq!(r.failures(), 0);
+    assert_eq!(r.groups.len(), 1);
+    let g = &r.groups[0];
+    // compile holds every 4th of the 8 training prompts back for its coverage: 6 are sampled
+    assert_eq!((g.slots, g.prompts, g.train_prompts), (1, 2, 6));
+    assert!(g.pack.as_deref().unwrap_or("").contains("entries"), "{:?}", g.pack);
+    assert!(g.train_tokens > 0);
+    let cfg = |k: ConfigKind| g.configs.iter().find(|c| c.kind == k).unwrap_or_else(|| panic!("{k:?} missing"));
+
+    let none = cfg(ConfigKind::None);
+    let n = none.summary.as_ref().expect("reference ran");
+    assert_eq!(n.requests, 2);
+    assert!(n.tokens > 2 && n.tok_s > 0.0 && n.wall_tok_s > 0.0, "{n:?}");
+    assert_eq!((n.drafted, n.accepted, n.identical, n.compared), (0, 0, 2, 2));
+    assert!((n.speedup - 1.0).abs() < 1e-12 && n.tokens_per_pass == 1.0);
+
+    let nc = cfg(ConfigKind::NgramCache);
+    assert_eq!(nc.status, "ran", "{:?}", nc.reason);
+    assert!(nc.flags.contains("-lcs") && nc.flags.contains("-lcd"), "{}", nc.flags);
+    let s = nc.summary.as_ref().unwrap();
+    assert_eq!((s.identical, s.compared), (2, 2));
+    assert!(s.tok_s > 0.0 && s.speedup > 0.0 && s.accepted <= s.drafted && s.tokens_per_pass >= 1.0, "{s:?}");
+    assert!(s.drafts.is_some(), "/metrics gave no draft count");
+
+    let pack = cfg(ConfigKind::PackContext);
+    assert_eq!(pack.status, "ran", "pack configuration: {:?}", pack.reason);
+    assert!(pack.flags.contains("--spec-plugin") && pack.flags.contains("pack="), "{}", pack.flags);
+    let s = pack.summary.as_ref().unwrap();
+    assert_eq!((s.identical, s.compared), (2, 2));
+    assert!(s.accepted <= s.drafted && s.tokens_per_pass >= 1.0, "{s:?}");
+
+    assert_eq!(r.betas.len(), 1);
+    let b = &r.betas[0];
+    assert!(b.t1_ms > 0.0 && b.points.len() >= 9, "{b:?}");
+    assert!(b.points.iter().all(|p| p.1 > 0.0 && p.2 > 0.3), "{b:?}");
+
+    let md = report::markdown(&r);
+    assert!(md.contains("| none |") && md.contains("| ngram-cache |"), "{md}");
+    let (json, _) = report::write_files(&r, &out).unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(json).unwrap()).unwrap();
+    assert_eq!(v["groups"][0]["configs"][0]["requests"].as_array().unwrap().len(), 2);
+    eprintln!("{md}");
+}
