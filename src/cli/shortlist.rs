@@ -1,0 +1,444 @@
+//! `kolm-rsd shortlist build` and `kolm-rsd shortlist report`: static shortlists for a restricted LM head.
+
+use super::CliResult;
+use indicatif::{ProgressBar, ProgressStyle};
+use kolm_rsd::compile::templated;
+use kolm_rsd::head::{top2, HeadInfo, HeadOptions, OutsideBound, RowStats, SubsetHead};
+use kolm_rsd::llama::{self, argmax, Model, ModelOptions, Token};
+use kolm_rsd::pack::write_atomic;
+use kolm_rsd::shortlist::{always_tokens, model_fingerprint, rank_of, score_positions, top_ids, Coverage, Histogram, Method, Shortlist};
+use kolm_rsd::teacher::Teacher;
+use kolm_rsd::workload;
+use std::path::PathBuf;
+use std::time::Instant;
+
+#[derive(clap::Subcommand)]
+pub enum ShortlistCmd {
+    /// Rank token ids by the teacher's top-k predictions (or corpus frequency) and write a shortlist.
+    Build(BuildArgs),
+    /// Coverage, argmax parity with the full head under a margin fallback, certification, head GEMM time.
+    Report(ReportArgs),
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum By {
+    Topk,
+    Frequency,
+}
+
+#[derive(Clone, Copy, PartialEq, clap::ValueEnum)]
+pub enum Split {
+    /// The compile split (3 of every 4 prompts).
+    Train,
+    /// Every 4th prompt.
+    Heldout,
+    All,
+}
+
+/// Where the text comes from: prompts, their split, and the teacher's own greedy continuations.
+#[derive(clap::Args, Clone)]
+pub struct TextArgs {
+    /// Greedy tokens the teacher generates after each prompt; the continuation is scored too.
+    #[arg(long, default_value_t = 48)]
+    pub gen: usize,
+    /// At most this many prompts per workload (0 = all).
+    #[arg(long, default_value_t = 0)]
+    pub max_prompts: usize,
+    /// Positions per decode (all logits of a chunk in one batch).
+    #[arg(long, default_value_t = 128)]
+    pub batch: usize,
+    #[arg(long, default_value_t = 2)]
+    pub threads: i32,
+}
+
+#[derive(clap::Args)]
+pub struct BuildArgs {
+    /// Teacher model (GGUF).
+    #[arg(long)]
+    pub model: PathBuf,
+    /// Workloads (json-extraction, humaneval, mt-bench[:CAT], FILE.jsonl) or plain text files.
+    #[arg(long, required = true, num_args = 1..)]
+    pub corpus: Vec<String>,
+    #[arg(long, value_enum, default_value_t = Split::Train)]
+    pub split: Split,
+    #[arg(long, default_value_t = 10)]
+    pub top_k: usize,
+    #[arg(long, default_value_t = 32768)]
+    pub size: usize,
+    #[arg(long, value_enum, default_value_t = By::Topk)]
+    pub by: By,
+    /// Histogram file: read when it exists (no model run), written otherwise.
+    /// Default: beside the output, NAME.histogram.json.
+    #[arg(long)]
+    pub histogram: Option<PathBuf>,
+    #[command(flatten)]
+    pub text: TextArgs,
+    #[arg(short, long)]
+    pub output: PathBuf,
+}
+
+#[derive(clap::Args)]
+pub struct ReportArgs {
+    #[arg(long)]
+    pub model: PathBuf,
+    #[arg(long)]
+    pub shortlist: PathBuf,
+    /// Histogram of the shortlist, to rank sizes beyond the shortlist's own length.
+    #[arg(long)]
+    pub histogram: Option<PathBuf>,
+    /// Held-out workloads (their held-out split is used unless --split says otherwise).
+    #[arg(long, required = true, num_args = 1..)]
+    pub heldout: Vec<String>,
+    #[arg(long, value_enum, default_value_t = Split::Heldout)]
+    pub split: Split,
+    #[arg(long, value_delimiter = ',', default_value = "5000,10000,20000,30000,45000,60000,75000")]
+    pub sizes: Vec<usize>,
+    #[arg(long, value_delimiter = ',', default_value = "32768,60000")]
+    pub parity_sizes: Vec<usize>,
+    #[arg(long, value_delimiter = ',', default_value = "1.5,0.5,0.3,0.1,0.02,0")]
+    pub margins: Vec<f32>,
+    /// Centroids of the certification bound.
+    #[arg(long, default_value_t = 128)]
+    pub clusters: usize,
+    /// Logit slack of the certificate (covers kernel vs exact arithmetic; see docs/shortlist.md).
+    #[arg(long, default_value_t = 0.5)]
+    pub slack: f32,
+    /// Repetitions of the single-token head GEMM timing.
+    #[arg(long, default_value_t = 100)]
+    pub reps: usize,
+    /// Threads of the head GEMM timing.
+    #[arg(long, default_value_t = 1)]
+    pub time_threads: i32,
+    #[command(flatten)]
+    pub text: TextArgs,
+    /// Also write the tables (markdown) here.
+    #[arg(short, long)]
+    pub output: Option<PathBuf>,
+}
+
+pub fn run(cmd: ShortlistCmd) -> CliResult {
+    match cmd {
+        ShortlistCmd::Build(a) => build(&a),
+        ShortlistCmd::Report(a) => report(&a),
+    }
+}
+
+fn bar(len: u64, what: &str, unit: &str) -> ProgressBar {
+    let b = ProgressBar::new(len);
+    b.set_style(
+        ProgressStyle::with_template(&format!("{{msg}} [{{bar:30}}] {{pos}}/{{len}} {unit}, {{elapsed}} elapsed, eta {{eta}}"))
+            .unwrap()
+            .progress_chars("=> "),
+    );
+    b.set_message(what.to_string());
+    b
+}
+
+/// Token texts to score: each prompt with the model's chat template, followed by the teacher's greedy
+/// continuation; plain files are tokenized as they are.
+fn texts(model: &Model, sources: &[String], split: Split, t: &TextArgs) -> Result<Vec<Vec<Token>>, Box<dyn std::error::Error>> {
+    let mut prompts = Vec::new();
+    let mut raw = Vec::new();
+    for s in sources {
+        let is_workload = matches!(s.as_str(), "json-extraction" | "humaneval") || s.starts_with("mt-bench") || s.ends_with(".jsonl");
+        if is_workload {
+            let all = workload::load(s)?;
+            let (train, held) = workload::split(&all);
+            let mut chosen = match split {
+                Split::Train => train,
+                Split::Heldout => held,
+                Split::All => all,
+            };
+            if t.max_prompts > 0 {
+                chosen.truncate(t.max_prompts);
+            }
+            prompts.extend(chosen.into_iter().map(|p| model.tokenize(&templated(model, &p.text), true, true)));
+        } else {
+            let text = std::fs::read_to_string(s).map_err(|e| format!("{s}: {e}"))?;
+            raw.push(model.tokenize(&text, true, false)?);
+        }
+    }
+    let prompts = prompts.into_iter().collect::<Result<Vec<_>, _>>()?;
+    let mut out = raw;
+    if t.gen == 0 {
+        out.extend(prompts);
+        return Ok(out);
+    }
+    let longest = prompts.iter().map(Vec::len).max().unwrap_or(0);
+    let mut teacher = Teacher::new(model, 1, longest + t.gen + 8)?;
+    let b = bar(prompts.len() as u64, "generate", "prompts");
+    for p in prompts {
+        let cont = teacher.greedy(&p, t.gen)?;
+        out.push([p, cont].concat());
+        b.inc(1);
+    }
+    b.finish_and_clear();
+    Ok(out)
+}
+
+fn build(a: &BuildArgs) -> CliResult {
+    llama::quiet_logs();
+    let model = Model::load(&a.model, &ModelOptions::default())?;
+    let fp = model_fingerprint(&model);
+    let n_vocab = model.n_vocab();
+    let hpath = a.histogram.clone().unwrap_or_else(|| {
+        let stem = a.output.file_name().unwrap_or_default().to_string_lossy();
+        let stem = stem.strip_suffix(".shortlist.json").or_else(|| stem.strip_suffix(".json")).unwrap_or(&stem).to_string();
+        a.output.with_file_name(format!("{stem}.histogram.json"))
+    });
+    let hist = if hpath.is_file() {
+        let h = Histogram::load(&hpath, Some((&fp, n_vocab as u32)))?;
+        println!("histogram {} ({} positions, top-{}): no model run", hpath.display(), h.positions, h.top_k);
+        h
+    } else {
+        let t0 = Instant::now();
+        let texts = texts(&model, &a.corpus, a.split, &a.text)?;
+        let total: usize = texts.iter().map(Vec::len).sum();
+        let mut h = Histogram::new(fp.clone(), n_vocab, a.top_k);
+        h.corpus = a.corpus.clone();
+        for t in &texts {
+            h.add_text(t);
+        }
+        let b = bar(total as u64, "score", "positions");
+        score_positions(&model, &texts, a.text.batch, a.text.threads, false, |p| {
+            h.add_logits(p.logits);
+            b.inc(1);
+        }, |_| {})?;
+        b.finish_and_clear();
+        write_atomic(&hpath, &h.to_vec()).map_err(|e| format!("{}: {e}", hpath.display()))?;
+        println!("scored {} texts, {} positions in {:.0} s -> {}", texts.len(), h.positions, t0.elapsed().as_secs_f64(), hpath.display());
+        h
+    };
+    let method = match a.by {
+        By::Topk => Method::Topk,
+        By::Frequency => Method::Frequency,
+    };
+    let always = always_tokens(&model);
+    let s = Shortlist::from_histogram(&hist, method, &always, a.size);
+    let seen = match method {
+        Method::Topk => hist.topk.iter().filter(|&&c| c > 0).count(),
+        Method::Frequency => hist.frequency.iter().filter(|&&c| c > 0).count(),
+    };
+    write_atomic(&a.output, &s.to_vec()).map_err(|e| format!("{}: {e}", a.output.display()))?;
+    println!(
+        "shortlist: {} of {} ids by {} ({} always-in special tokens, {} ids ever counted) -> {}",
+        s.len(),
+        n_vocab,
+        method,
+        always.len(),
+        seen,
+        a.output.display()
+    );
+    Ok(())
+}
+
+fn pct(x: f64) -> String {
+    format!("{:.2}%", 100.0 * x)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[v.len() / 2]
+}
+
+fn report(a: &ReportArgs) -> CliResult {
+    llama::quiet_logs();
+    let model = Model::load(&a.model, &ModelOptions::default())?;
+    let n_vocab = model.n_vocab();
+    let n_embd = model.n_embd();
+    let s = Shortlist::load(&a.shortlist, &model)?;
+    let ranking = match &a.histogram {
+        Some(p) => {
+            let h = Histogram::load(p, Some((&s.tokenizer, s.n_vocab)))?;
+            Shortlist::from_histogram(&h, s.method, &s.ids[..s.always as usize], n_vocab).ids
+        }
+        None => s.ids.clone(),
+    };
+    let mut md = String::new();
+    let name = a.model.file_name().unwrap_or_default().to_string_lossy().into_owned();
+    md += &format!("### {name} (vocabulary {n_vocab}, ranking by {}, top-{})\n\n", s.method, s.top_k);
+
+    // Held-out positions: teacher top-10, full argmax, hidden state.
+    let t0 = Instant::now();
+    let texts = texts(&model, &a.heldout, a.split, &a.text)?;
+    let total: usize = texts.iter().map(Vec::len).sum();
+    let mut top10: Vec<Vec<u32>> = Vec::with_capacity(total);
+    let mut full_arg: Vec<u32> = Vec::with_capacity(total);
+    let mut hidden: Vec<f32> = Vec::with_capacity(total * n_embd);
+    // Full logits are kept only at the ids of the largest parity set, for the kernel-difference check.
+    let pmax = a.parity_sizes.iter().copied().max().unwrap_or(0).min(ranking.len());
+    let check_ids: Vec<u32> = ranking[..pmax].to_vec();
+    let mut full_at: Vec<f32> = Vec::new();
+    let b = bar(total as u64, "score", "positions");
+    score_positions(&model, &texts, a.text.batch, a.text.threads, true, |p| {
+        top10.push(top_ids(p.logits, 10));
+        full_arg.push(argmax(p.logits) as u32);
+        hidden.extend_from_slice(p.hidden.unwrap());
+        full_at.extend(check_ids.iter().map(|&i| p.logits[i as usize]));
+        b.inc(1);
+    }, |_| {})?;
+    b.finish_and_clear();
+    let npos = full_arg.len();
+    println!("{} held-out texts, {npos} positions scored in {:.0} s", texts.len(), t0.elapsed().as_secs_f64());
+
+    // Coverage.
+    let rank = rank_of(&ranking, n_vocab);
+    let mut cov = Coverage::default();
+    for t in &top10 {
+        cov.add(t, &rank);
+    }
+    let mut sizes: Vec<usize> = a.sizes.iter().map(|&n| n.min(n_vocab)).filter(|&n| n <= ranking.len()).collect();
+    sizes.dedup();
+    md += &format!("Coverage: share of {npos} held-out positions whose teacher top-k are all in the set.\n\n{}\n", cov.table(&sizes));
+    let skipped: Vec<usize> = a.sizes.iter().copied().filter(|&n| n.min(n_vocab) > ranking.len()).collect();
+    if !skipped.is_empty() {
+        md += &format!("(sizes {skipped:?} exceed the ranking of {} ids; pass --histogram)\n\n", ranking.len());
+    }
+
+    // Parity, certification, kernel difference.
+    let info = HeadInfo::open(&a.model)?;
+    let hopts = HeadOptions { n_threads: a.text.threads, best_device: false };
+    let sb = bar(n_vocab as u64, "row stats", "rows");
+    let stats = RowStats::compute(&info, a.clusters, 16384, 1, |n| sb.set_position(n as u64))?;
+    sb.finish_and_clear();
+    md += &format!(
+        "Parity: with the margin fallback at threshold m, a position is answered from the set when the subset's top-1 − top-2 \
+         logit margin is ≥ m (else the full head is scored); parity = the answer equals the full head's argmax (llama.cpp's logits). \
+         Certified: the subset's top logit minus a slack of {} exceeds a bound on every outside row's logit \
+         (norm bound ‖w_j‖·‖h‖, or {} k-means centroids: c·h + r·‖h‖). Head rows: {} ({}), n_embd {n_embd}.\n\n",
+        a.slack, a.clusters, info.tensor.name, info.tensor.type_name
+    );
+    let mut header = String::from("| set | measure |");
+    let mut sep = String::from("|---|---|");
+    for m in &a.margins {
+        header += &format!(" m={m} |");
+        sep += "---|";
+    }
+    md += &format!("{header}\n{sep}\n");
+    let mut cert_md = String::from("| set | certified (norm bound) | certified (cluster bound) | median cluster bound − top-1 | parity where certified | subset argmax = full argmax | max abs logit diff vs llama.cpp |\n|---|---|---|---|---|---|---|\n");
+    let mut max_diff_all = 0f32;
+    for &ps in &a.parity_sizes {
+        let n = ps.min(n_vocab);
+        if n > ranking.len() {
+            continue;
+        }
+        let ids = &ranking[..n];
+        let mut head = SubsetHead::from_gguf(&a.model, ids, &hopts)?;
+        let mut inset = vec![false; n_vocab];
+        for &i in ids {
+            inset[i as usize] = true;
+        }
+        let bound = OutsideBound::new(&stats, &inset);
+        let mut answered = vec![0usize; a.margins.len()];
+        let mut agree = vec![0usize; a.margins.len()];
+        let (mut cert_norm, mut cert_cl, mut cert_ok, mut plain_ok) = (0usize, 0usize, 0usize, 0usize);
+        let mut max_diff = 0f32;
+        let mut gaps: Vec<f64> = Vec::with_capacity(npos);
+        let cols = 32;
+        let pb = bar(npos as u64, &format!("subset {n}"), "positions");
+        for start in (0..npos).step_by(cols) {
+            let c = cols.min(npos - start);
+            let lg = head.logits(&hidden[start * n_embd..(start + c) * n_embd], c)?;
+            for k in 0..c {
+                let pos = start + k;
+                let row = &lg[k * n..(k + 1) * n];
+                let (i1, v1, v2) = top2(row);
+                let sub = ids[i1];
+                let ok = sub == full_arg[pos];
+                plain_ok += ok as usize;
+                for (j, &m) in a.margins.iter().enumerate() {
+                    if v1 - v2 >= m {
+                        answered[j] += 1;
+                        agree[j] += ok as usize;
+                    } else {
+                        agree[j] += 1;
+                    }
+                }
+                let bd = bound.bound(&hidden[pos * n_embd..(pos + 1) * n_embd]);
+                let cn = OutsideBound::certifies(bd.norm, v1, a.slack);
+                let cc = OutsideBound::certifies(bd.cluster.min(bd.norm), v1, a.slack);
+                gaps.push(bd.cluster.min(bd.norm) - v1 as f64);
+                cert_norm += cn as usize;
+                cert_cl += cc as usize;
+                cert_ok += (cc && ok) as usize;
+                if n <= pmax {
+                    let f = &full_at[pos * pmax..pos * pmax + n];
+                    for (x, y) in row.iter().zip(f) {
+                        max_diff = max_diff.max((x - y).abs());
+                    }
+                }
+            }
+            pb.inc(c as u64);
+        }
+        pb.finish_and_clear();
+        max_diff_all = max_diff_all.max(max_diff);
+        let np = npos as f64;
+        md += &format!("| {n} | answered from the set |");
+        for &x in &answered {
+            md += &format!(" {} |", pct(x as f64 / np));
+        }
+        md += &format!("\n| {n} | parity with full head |");
+        for &x in &agree {
+            md += &format!(" {} |", pct(x as f64 / np));
+        }
+        md.push('\n');
+        cert_md += &format!(
+            "| {n} | {} | {} | {:.2} | {} | {} | {max_diff:.4} |\n",
+            pct(cert_norm as f64 / np),
+            pct(cert_cl as f64 / np),
+            median(gaps),
+            if cert_cl > 0 { pct(cert_ok as f64 / cert_cl as f64) } else { "—".into() },
+            pct(plain_ok as f64 / np)
+        );
+    }
+    md += &format!("\n{cert_md}\n");
+
+    // Head GEMM time, one hidden state (a draft step), subset vs full, interleaved.
+    let topts = HeadOptions { n_threads: a.time_threads, best_device: false };
+    let mut full = SubsetHead::from_gguf(&a.model, &(0..n_vocab as u32).collect::<Vec<_>>(), &topts)?;
+    md += &format!(
+        "Head GEMM (ggml_mul_mat of the {} rows by one hidden state, i.e. one draft step's head), {} backend, {} thread(s), \
+         median of {} interleaved runs:\n\n| rows | time | vs full |\n|---|---|---|\n",
+        full.type_name(), full.backend_name(), a.time_threads, a.reps
+    );
+    let h0 = hidden[..n_embd].to_vec();
+    let mut subs: Vec<(usize, SubsetHead)> = Vec::new();
+    for &ps in &a.parity_sizes {
+        let n = ps.min(n_vocab);
+        if n <= ranking.len() {
+            subs.push((n, SubsetHead::from_gguf(&a.model, &ranking[..n], &topts)?));
+        }
+    }
+    let mut tf = Vec::new();
+    let mut ts: Vec<Vec<f64>> = vec![Vec::new(); subs.len()];
+    for _ in 0..3 {
+        full.logits(&h0, 1)?;
+        for (_, s) in subs.iter_mut() {
+            s.logits(&h0, 1)?;
+        }
+    }
+    let mut outf = vec![0f32; n_vocab];
+    let mut outs: Vec<Vec<f32>> = subs.iter().map(|(n, _)| vec![0f32; *n]).collect();
+    for _ in 0..a.reps {
+        let t = Instant::now();
+        full.logits_into(&h0, 1, &mut outf)?;
+        tf.push(t.elapsed().as_secs_f64());
+        for (j, (_, s)) in subs.iter_mut().enumerate() {
+            let t = Instant::now();
+            s.logits_into(&h0, 1, &mut outs[j])?;
+            ts[j].push(t.elapsed().as_secs_f64());
+        }
+    }
+    let mf = median(tf);
+    md += &format!("| {n_vocab} (full) | {:.3} ms | 1.00× |\n", mf * 1e3);
+    for (j, (n, _)) in subs.iter().enumerate() {
+        let m = median(ts[j].clone());
+        md += &format!("| {n} | {:.3} ms | {:.2}× faster |\n", m * 1e3, mf / m);
+    }
+    md += &format!("\nLargest |subset logit − llama.cpp logit| over all checked positions and rows: {max_diff_all:.4}.\n");
+    print!("{md}");
+    if let Some(o) = &a.output {
+        write_atomic(o, md.as_bytes()).map_err(|e| format!("{}: {e}", o.display()))?;
+    }
+    Ok(())
+}
