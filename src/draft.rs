@@ -449,20 +449,9 @@ fn resolve_pending(s: &mut Seq, misses: &mut VecDeque<Miss>, capacity: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::hash::window_key;
-    use crate::pack::tests::meta;
+    use crate::pack::tests::{lit, meta};
     use crate::pack::{Entry, Pack};
 
-    fn lit(window: &[i32], token: u32, count: u32) -> Entry {
-        let w: Vec<u32> = window.iter().map(|&t| t as u32).collect();
-        Entry {
-            kind: EntryKind::Literal,
-            n: window.len() as u8,
-            key: window_key(&w),
-            token,
-            count,
-        }
-    }
 
     fn index(entries: Vec<Entry>) -> Index {
         Index::new(&Pack::from_entries(meta(), entries).unwrap(), None)

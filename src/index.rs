@@ -242,21 +242,10 @@ pub fn naive_lookup(pack: &Pack, shapes: Option<&ShapeTable>, history: &[i32]) -
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::hash::window_key;
-    use crate::pack::tests::meta;
+    use crate::pack::tests::{lit, meta};
     use crate::shape::tests::{id, table};
     use proptest::prelude::*;
 
-    fn lit(window: &[i32], token: u32, count: u32) -> Entry {
-        let w: Vec<u32> = window.iter().map(|&t| t as u32).collect();
-        Entry {
-            kind: EntryKind::Literal,
-            n: window.len() as u8,
-            key: window_key(&w),
-            token,
-            count,
-        }
-    }
 
     fn shp(window: &[i32], token: u32, count: u32) -> Entry {
         Entry {

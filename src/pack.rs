@@ -625,6 +625,18 @@ pub(crate) mod tests {
 
     pub(crate) const FP: &str = "00112233445566778899aabbccddeeff";
 
+    /// A literal entry for the token window `window` (test helper shared by the index and drafter tests).
+    pub(crate) fn lit(window: &[i32], token: u32, count: u32) -> Entry {
+        let w: Vec<u32> = window.iter().map(|&t| t as u32).collect();
+        Entry {
+            kind: EntryKind::Literal,
+            n: window.len() as u8,
+            key: crate::hash::window_key(&w),
+            token,
+            count,
+        }
+    }
+
     pub(crate) fn meta() -> PackMeta {
         PackMeta {
             tokenizer: FP.into(),
