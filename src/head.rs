@@ -56,7 +56,7 @@ impl HeadInfo {
             return Err(err(format!("{}: {} bytes for {n_vocab} rows of {row_bytes}", t.name, t.size)));
         }
         let len = std::fs::metadata(path).map_err(|e| HeadError::Io { path: p.clone(), err: e })?.len();
-        if t.offset.checked_add(t.size).map_or(true, |end| end > len) {
+        if t.offset.checked_add(t.size).is_none_or(|end| end > len) {
             return Err(err(format!("{}: data [{}, +{}) runs past the end of the file ({len} bytes)", t.name, t.offset, t.size)));
         }
         Ok(HeadInfo { path: p, tensor: t, n_embd, n_vocab, row_bytes })
@@ -267,7 +267,7 @@ impl SubsetHead {
     }
 
     fn graph(&mut self, n_cols: usize) -> Result<&Graph, HeadError> {
-        if self.graph.as_ref().map_or(true, |g| g.n_cols != n_cols) {
+        if self.graph.as_ref().is_none_or(|g| g.n_cols != n_cols) {
             self.graph = None;
             let ctx = ggml_ctx(4, true)?;
             // SAFETY: ctx is a live no_alloc context; w lives in another context but ggml graphs may

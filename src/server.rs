@@ -205,6 +205,17 @@ impl Server {
     }
 }
 
+/// The kolm-rsd plugin's shutdown summary line in a llama-server log ("" when absent; it is written when
+/// the server stops gracefully).
+pub fn plugin_summary(log: &Path) -> String {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .rfind(|l| l.starts_with("kolm-rsd: ") && l.contains(" calls, "))
+        .unwrap_or_default()
+        .to_string()
+}
+
 fn free_port() -> std::io::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }

@@ -340,7 +340,7 @@ pub fn run(opts: &BenchOptions, packs: Option<&PackBuilder>, obs: &dyn Observer)
                     let same = exp.iter().filter(|(id, c)| f.get(*id) == Some(*c)).count();
                     (same, exp.len())
                 });
-                let counts = plain_vs_first.map_or(true, |(same, n)| same == n);
+                let counts = plain_vs_first.is_none_or(|(same, n)| same == n);
                 if let Some((same, n)) = plain_vs_first.filter(|(same, n)| same != n) {
                     let msg = format!(
                         "{name} · {wl} · -np {slots}: plain decoding itself gave the same output as with -np {} on only {same}/{n} prompts \

@@ -6,7 +6,7 @@ use super::pack::{run_compile, CompileArgs};
 use super::CliResult;
 use kolm_rsd::compile::templated;
 use kolm_rsd::llama::{self, Model, ModelOptions};
-use kolm_rsd::server::{plugin_path, Completion, Server, ServerOptions};
+use kolm_rsd::server::{plugin_path, plugin_summary, Completion, Server, ServerOptions};
 use kolm_rsd::{engine, fetch, workload};
 use std::path::PathBuf;
 
@@ -64,12 +64,7 @@ pub fn run(a: &DemoArgs) -> CliResult {
     let spec = Server::start(&opts)?;
     let fast: Vec<Completion> = prompts.iter().map(|p| spec.complete(p, a.n_predict)).collect::<Result<_, _>>()?;
     spec.stop();
-    let summary = std::fs::read_to_string(a.out.join("plugin.log"))?
-        .lines()
-        .filter(|l| l.starts_with("kolm-rsd: ") && l.contains(" calls, "))
-        .last()
-        .map(str::to_string)
-        .unwrap_or_default();
+    let summary = plugin_summary(&a.out.join("plugin.log"));
 
     let tps = |cs: &[Completion]| {
         let (n, ms): (u64, f64) = cs.iter().fold((0, 0.0), |(n, ms), c| (n + c.predicted_n, ms + c.predicted_ms));

@@ -125,7 +125,7 @@ pub fn run_inspect(pack: &Path, model: Option<&Path>, top: usize) -> CliResult {
     println!("by length:   {}", lens.join(" "));
     let model = model.map(|m| Model::load(m, &ModelOptions { n_gpu_layers: 0 })).transpose()?;
     let mut top_entries: Vec<_> = p.entries().to_vec();
-    top_entries.sort_by(|a, b| b.count.cmp(&a.count));
+    top_entries.sort_by_key(|e| std::cmp::Reverse(e.count));
     println!("most used recipes (context length, kind -> next token, count):");
     for e in top_entries.iter().take(top) {
         let tok = match &model {

@@ -74,13 +74,7 @@ pub fn small_pack() -> PathBuf {
 
 /// The plugin's shutdown summary line from a llama-server log (needs a graceful stop).
 pub fn plugin_summary(log: &Path) -> String {
-    std::fs::read_to_string(log)
-        .unwrap_or_default()
-        .lines()
-        .filter(|l| l.starts_with("kolm-rsd: ") && l.contains(" calls, "))
-        .last()
-        .unwrap_or_default()
-        .to_string()
+    kolm_rsd::server::plugin_summary(log)
 }
 
 /// A number that follows `key` in the summary line (e.g. "pack hits ").
