@@ -106,11 +106,21 @@ pub fn token_texts(model: &Model) -> Vec<&[u8]> {
     (0..model.n_vocab() as Token).map(|t| model.token_text(t)).collect()
 }
 
+/// The tokenizer fingerprint of a model (what packs and shortlists are checked against).
+pub fn model_fingerprint(model: &Model) -> String {
+    crate::pack::tokenizer_fingerprint(token_texts(model).into_iter())
+}
+
 /// Loads and validates a pack for `model`'s tokenizer.
 pub fn load_pack(path: &Path, model: &Model) -> Result<Pack, EngineError> {
+    load_pack_for(path, &token_texts(model))
+}
+
+/// `load_pack` with the vocabulary's texts already read (the engine needs them for shapes too).
+fn load_pack_for(path: &Path, texts: &[&[u8]]) -> Result<Pack, EngineError> {
     let bytes = std::fs::read(path).map_err(|e| EngineError::Io(format!("recipe pack {}", path.display()), e))?;
-    let fp = crate::pack::tokenizer_fingerprint(token_texts(model).into_iter());
-    Ok(Pack::from_slice(&bytes, &path.display().to_string(), Some(&fp), Some(model.n_vocab() as u32))?)
+    let fp = crate::pack::tokenizer_fingerprint(texts.iter().copied());
+    Ok(Pack::from_slice(&bytes, &path.display().to_string(), Some(&fp), Some(texts.len() as u32))?)
 }
 
 /// The drafter of one model: pack index, request n-grams, break-even control, miss log.
@@ -128,8 +138,9 @@ impl Engine {
     pub fn new(model: &Model, cfg: EngineConfig) -> Result<Engine, EngineError> {
         let index = match &cfg.pack {
             Some(path) => {
-                let pack = load_pack(path, model)?;
-                let shapes = ShapeTable::from_token_texts(&token_texts(model));
+                let texts = token_texts(model);
+                let pack = load_pack_for(path, &texts)?;
+                let shapes = ShapeTable::from_token_texts(&texts);
                 Some(Index::new(&pack, Some(shapes)))
             }
             None => None,

@@ -404,15 +404,11 @@ impl Shortlist {
     /// Loads a shortlist for `model`: its tokenizer fingerprint and vocabulary size must match.
     pub fn load(path: &Path, model: &Model) -> Result<Shortlist, Box<dyn std::error::Error>> {
         let bytes = std::fs::read(path).map_err(|e| format!("shortlist {}: {e}", path.display()))?;
-        let fp = model_fingerprint(model);
+        let fp = crate::engine::model_fingerprint(model);
         Ok(Shortlist::from_slice(&bytes, &path.display().to_string(), Some((&fp, model.n_vocab() as u32)))?)
     }
 }
 
-/// The tokenizer fingerprint of a model (the one recipe packs use).
-pub fn model_fingerprint(model: &Model) -> String {
-    crate::pack::tokenizer_fingerprint(crate::engine::token_texts(model).into_iter())
-}
 
 /// One scored position: the teacher's logits for the next token, and (when asked) the hidden state that
 /// produced them.

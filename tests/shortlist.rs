@@ -8,7 +8,8 @@ use kolm_rsd::compile::templated;
 use kolm_rsd::head::{top2, HeadInfo, HeadOptions, OutsideBound, RowStats, SubsetHead};
 use kolm_rsd::llama::{self, Model, ModelOptions};
 use kolm_rsd::pack::write_atomic;
-use kolm_rsd::shortlist::{always_tokens, model_fingerprint, score_positions, Histogram, Method, Shortlist, ShortlistErrorKind};
+use kolm_rsd::engine::model_fingerprint;
+use kolm_rsd::shortlist::{always_tokens, score_positions, Histogram, Method, Shortlist, ShortlistErrorKind};
 use std::sync::OnceLock;
 
 /// Largest |subset logit − llama.cpp logit| allowed. Both are ggml's CPU `mul_mat` of the same quantized
