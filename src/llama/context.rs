@@ -105,6 +105,14 @@ impl<'m> Context<'m> {
         unsafe { sys::llama_set_embeddings(self.ptr.as_ptr(), on) };
     }
 
+    /// Skip the LM head in decode (patch 0003): only hidden states are computed, so [`Context::logits`]
+    /// must not be used while it is on. Returns false, changing nothing, for a model whose head has a
+    /// bias or scale (its head always runs).
+    pub fn set_skip_output_head(&mut self, skip: bool) -> bool {
+        // SAFETY: live context; the flag only changes which graph the next decode builds.
+        unsafe { sys::llama_set_skip_output_head(self.ptr.as_ptr(), skip) }
+    }
+
     /// The hidden state (n_embd floats) of the i-th token of the last decoded batch that asked for
     /// logits, when embeddings are on (see [`Context::set_embeddings`]).
     pub fn embeddings(&self, i: i32) -> &[f32] {
@@ -143,6 +151,10 @@ pub struct Batch {
     cap: usize,
     n_seq_max: usize,
 }
+
+// SAFETY: the arrays are owned by this value (allocated by llama_batch_init, freed in Drop) and only
+// touched through &mut self or read by llama_decode during a call that borrows it.
+unsafe impl Send for Batch {}
 
 impl Drop for Batch {
     fn drop(&mut self) {
