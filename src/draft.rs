@@ -1,6 +1,7 @@
 //! The run-time drafter: pack literal lookup, then pack shape lookup, then n-grams of the current
-//! request, chained token by token, with a break-even control that picks the draft length (or
-//! none) from measured verify cost and acceptance.
+//! request, then (when one is attached) a draft model, chained token by token, with a break-even
+//! control that picks the draft length (or none) from measured verify cost, drafter cost and
+//! acceptance.
 //!
 //! Per sequence (llama-server slot): `begin` with the prompt, then each step `propose` (given
 //! every token so far plus the token just sampled) and `accept` (how many drafted tokens the
@@ -8,6 +9,7 @@
 
 pub mod context;
 pub mod control;
+pub mod model;
 pub mod stats;
 
 use std::collections::VecDeque;
@@ -52,8 +54,14 @@ pub struct DrafterConfig {
     pub global_prior_weight: f32,
     /// β prior points (tokens verified, cost relative to one token).
     pub beta_prior: Vec<(u32, f32)>,
-    /// Drafter cost per step relative to one plain step (d in E / (β + d)).
-    pub drafter_cost: f64,
+    /// Cost of one draft-model token relative to a plain step, assumed until measured (d in
+    /// E / (β + d); about 0.35 for a 0.5B draft without its LM head against a 1.5B target).
+    pub model_cost_prior: f64,
+    /// While the draft model does not pay, it drafts (to re-measure) once per this many steps at
+    /// first, doubling after each such probe up to `model_probe_max`: a probe costs a catch-up
+    /// pass over the tokens it missed.
+    pub model_probe_min: u32,
+    pub model_probe_max: u32,
     /// Misses kept until drained; later ones are dropped and counted.
     pub miss_capacity: usize,
     /// Break-even control on; off drafts the whole chain found at every step (tests, benchmarks of
@@ -80,7 +88,9 @@ impl Default for DrafterConfig {
             seq_prior_weight: 2.0,
             global_prior_weight: 4.0,
             beta_prior: DEFAULT_BETA_PRIOR.to_vec(),
-            drafter_cost: 0.0,
+            model_cost_prior: 0.35,
+            model_probe_min: 32,
+            model_probe_max: 1024,
             miss_capacity: 4096,
             adaptive: true,
             use_context: true,
@@ -111,6 +121,19 @@ enum Source {
     Literal,
     Shape,
     Context,
+    Model,
+}
+
+/// Where drafted tokens come from beyond the pack and the request's n-grams: a draft model.
+pub trait TokenSource: Send {
+    /// A new request starts on `seq`.
+    fn begin(&mut self, seq: usize);
+    /// The token it predicts after `history` (every token of `seq` so far, drafts included), or None.
+    fn next(&mut self, seq: usize, history: &[i32]) -> Option<i32>;
+    /// Measured cost per predicted token, ns (None before the first).
+    fn cost_ns(&self) -> Option<f64>;
+    /// One line on what it did (for the shutdown summary).
+    fn summary(&self) -> String;
 }
 
 /// A miss waiting for the target's token at `pos`.
@@ -141,6 +164,8 @@ struct Seq {
     /// Tokens the step after the last `propose` verifies (draft + 1).
     last_verified: usize,
     pending: Vec<Pending>,
+    /// History + chain so far, for the draft model.
+    model_hist: Vec<i32>,
     stats: Stats,
 }
 
@@ -152,6 +177,10 @@ pub struct Drafter {
     beta: BetaModel,
     global_acc: Acceptance,
     misses: VecDeque<Miss>,
+    source: Option<Box<dyn TokenSource>>,
+    /// Steps since the draft model last drafted while it did not pay, and the current probe interval.
+    model_wait: u32,
+    model_probe_every: u32,
 }
 
 impl Drafter {
@@ -172,6 +201,38 @@ impl Drafter {
             seqs,
             global_acc: Acceptance::default(),
             misses: VecDeque::new(),
+            source: None,
+            model_wait: 0,
+            model_probe_every: 0,
+        }
+    }
+
+    /// Attaches a draft model, consulted where the pack and the request's n-grams have nothing.
+    pub fn with_source(mut self, source: Box<dyn TokenSource>) -> Drafter {
+        self.source = Some(source);
+        self.model_probe_every = self.cfg.model_probe_min;
+        self
+    }
+
+    /// The draft model's cost per token relative to a plain step: measured once both are, else the prior.
+    fn model_cost(&self) -> Option<f64> {
+        let src = self.source.as_ref()?;
+        Some(match (src.cost_ns(), self.beta.unit_ns()) {
+            (Some(c), Some(u)) if u > 0.0 => c / u,
+            _ => self.cfg.model_cost_prior,
+        })
+    }
+
+    /// What the draft model did, when one is attached.
+    pub fn source_summary(&self) -> Option<String> {
+        self.source.as_ref().map(|s| s.summary())
+    }
+
+    /// Marks the end of a `propose` on `seq` at `now_ns`: the step's verify cost is timed from here, so
+    /// a draft model's own time is not taken for verify cost.
+    pub fn end_propose(&mut self, seq: usize, now_ns: u64) {
+        if let Some(s) = self.seqs.get_mut(seq) {
+            s.last_ns = Some(now_ns);
         }
     }
 
@@ -189,6 +250,9 @@ impl Drafter {
         s.last_ns = None;
         s.last_verified = 1;
         s.pending.clear();
+        if let Some(src) = self.source.as_mut() {
+            src.begin(seq);
+        }
     }
 
     /// Proposes up to `n_max` tokens to follow `tokens` + `id_last` into `out`; returns how many.
@@ -203,6 +267,7 @@ impl Drafter {
         out: &mut Vec<i32>,
     ) -> usize {
         out.clear();
+        let model_cost = self.model_cost();
         let cfg = &self.cfg;
         let Some(s) = self.seqs.get_mut(seq) else {
             return 0;
@@ -230,9 +295,31 @@ impl Drafter {
             *pi = s.acc.estimate(i, prior, cfg.seq_prior_weight);
         }
         let cap = if cfg.adaptive {
-            best_length(&p[..n_max], &self.beta, cfg.drafter_cost)
+            best_length(&p[..n_max], &self.beta, &[])
         } else {
             n_max
+        };
+        // How many tokens the draft model may add, and whether this is a probe of a model that does not pay.
+        let (model_len, model_probe) = match model_cost {
+            None => (0, false),
+            Some(_) if !cfg.adaptive => (n_max, false),
+            Some(d) => match best_length(&p[..n_max], &self.beta, &[d; MAX_DRAFT][..n_max]) {
+                0 => {
+                    self.model_wait += 1;
+                    if self.model_wait >= self.model_probe_every {
+                        self.model_wait = 0;
+                        self.model_probe_every = (self.model_probe_every * 2).min(cfg.model_probe_max);
+                        s.stats.model_probes += 1;
+                        (cfg.probe_len.clamp(1, n_max), true)
+                    } else {
+                        (0, false)
+                    }
+                }
+                m => {
+                    self.model_probe_every = cfg.model_probe_min;
+                    (m, false)
+                }
+            },
         };
         let probing = cap == 0 && {
             s.off_steps += 1;
@@ -245,15 +332,21 @@ impl Drafter {
             cfg.probe_len.clamp(1, n_max)
         } else {
             1
-        };
-        let pos0 = build_chain(self.index.as_ref(), cfg, s, want);
+        }
+        .max(model_len);
+        let model = self.source.as_deref_mut().map(|m| (m, seq, model_len));
+        let pos0 = build_chain(self.index.as_ref(), cfg, s, want, model);
 
-        let g = if !cfg.adaptive {
+        let g = if !cfg.adaptive || model_probe {
             s.chain.len()
         } else if cap > 0 && s.drafting_run >= cfg.calibrate_every {
             0
         } else if cap > 0 {
-            best_length(&p[..s.chain.len()], &self.beta, cfg.drafter_cost)
+            let mut cost = [0.0; MAX_DRAFT];
+            for (c, (_, src)) in cost.iter_mut().zip(&s.chain) {
+                *c = if *src == Source::Model { model_cost.unwrap_or(0.0) } else { 0.0 };
+            }
+            best_length(&p[..s.chain.len()], &self.beta, &cost)
         } else if probing {
             s.chain.len()
         } else {
@@ -280,6 +373,7 @@ impl Drafter {
                 Source::Literal => s.stats.literal_hits += 1,
                 Source::Shape => s.stats.shape_hits += 1,
                 Source::Context => s.stats.context_hits += 1,
+                Source::Model => s.stats.model_hits += 1,
             }
         }
         out.extend_from_slice(&s.draft);
@@ -354,13 +448,15 @@ impl Drafter {
     }
 }
 
-/// Fills `s.chain` with up to `want` tokens, each looked up after the ones before it. Returns the
-/// request n-gram prediction for the first position when the pack had no recipe there.
+/// Fills `s.chain` with up to `want` tokens, each looked up after the ones before it; the draft model
+/// (source, sequence, how many of the first positions it may fill) answers where nothing else does.
+/// Returns the request n-gram prediction for the first position when the pack had no recipe there.
 fn build_chain(
     index: Option<&Index>,
     cfg: &DrafterConfig,
     s: &mut Seq,
     want: usize,
+    mut model: Option<(&mut (dyn TokenSource + 'static), usize, usize)>,
 ) -> Option<i32> {
     s.chain.clear();
     s.scratch.clear();
@@ -375,7 +471,7 @@ fn build_chain(
         let pack = index
             .and_then(|ix| ix.lookup(&s.scratch))
             .filter(|h| h.confidence() >= cfg.min_confidence && h.count >= cfg.min_count);
-        let next = match pack {
+        let mut next = match pack {
             Some(h) if h.kind == EntryKind::Literal => Some((h.token, Source::Literal)),
             Some(h) => Some((h.token, Source::Shape)),
             None if !cfg.use_context => None,
@@ -390,6 +486,16 @@ fn build_chain(
                 c
             }
         };
+        if next.is_none() {
+            if let Some((src, seq, n)) = model.as_mut() {
+                if i < *n {
+                    s.model_hist.clear();
+                    s.model_hist.extend_from_slice(s.ctx.tokens());
+                    s.model_hist.extend(s.chain.iter().map(|&(t, _)| t));
+                    next = src.next(*seq, &s.model_hist).map(|t| (t, Source::Model));
+                }
+            }
+        }
         let Some((t, src)) = next else { break };
         s.chain.push((t, src));
         s.scratch.push(t);

@@ -1,6 +1,7 @@
 //! What the C API and the plugin drive: a target model's vocabulary shapes, its recipe pack (found beside
 //! the GGUF or named), the combined drafter with break-even control, and the local miss log.
 
+use crate::draft::model::{ModelDraftConfig, ModelDrafter};
 use crate::draft::{Drafter, DrafterConfig, Miss, Stats};
 use crate::ffi::api::KolmRsdStats;
 use crate::index::Index;
@@ -26,11 +27,46 @@ pub struct EngineConfig {
     pub miss_log: Option<PathBuf>,
     /// Also draft from the request's own n-grams (prompt + history).
     pub use_context: bool,
+    /// A draft model (same tokenizer as the target) consulted where the pack and n-grams have nothing.
+    pub draft: Option<DraftChoice>,
+    /// KV cells and threads of the draft model's context (the plugin copies the target's).
+    pub n_ctx: u32,
+    pub n_threads: i32,
+}
+
+/// The draft model and the head it scores with.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DraftChoice {
+    pub model: PathBuf,
+    /// None: the full vocabulary.
+    pub shortlist: Option<PathBuf>,
+    /// Margin under which the full head is scored (0 = never).
+    pub margin: f32,
+}
+
+/// Default margin fallback: a subset top-1 − top-2 logit margin below this scores the full head.
+pub const DEFAULT_MARGIN: f32 = 0.5;
+
+/// `draft.gguf` → `draft.shortlist.json` beside it.
+pub fn shortlist_beside(model_path: &Path) -> PathBuf {
+    let stem = model_path.file_stem().unwrap_or_default().to_string_lossy();
+    let stem = stem.strip_suffix(".gguf").unwrap_or(&stem).to_string();
+    model_path.with_file_name(format!("{stem}.shortlist.json"))
 }
 
 impl Default for EngineConfig {
     fn default() -> Self {
-        EngineConfig { n_seq: 1, n_max: 4, adaptive: true, pack: None, miss_log: None, use_context: true }
+        EngineConfig {
+            n_seq: 1,
+            n_max: 4,
+            adaptive: true,
+            pack: None,
+            miss_log: None,
+            use_context: true,
+            draft: None,
+            n_ctx: 4096,
+            n_threads: 0,
+        }
     }
 }
 
@@ -42,6 +78,8 @@ pub enum EngineError {
     Io(String, std::io::Error),
     #[error("{0}")]
     Arg(String),
+    #[error(transparent)]
+    Draft(#[from] crate::draft::model::ModelDraftError),
 }
 
 /// `model.gguf` → `model.recipes.json` beside it.
@@ -63,18 +101,34 @@ impl EngineConfig {
         16
     }
 
-    /// Parses `--spec-plugin-arg`: comma-separated `key=value` (`pack=PATH`, `misslog=PATH|off`,
-    /// `adaptive=0|1`, `context=0|1`, `nmax=N`); a bare value is the pack path. Without `pack=`, the pack beside the model
-    /// is used when it exists.
+    /// Parses `--spec-plugin-arg`: comma-separated `key=value` (`pack=PATH|off`, `misslog=PATH|off`,
+    /// `adaptive=0|1`, `context=0|1`, `nmax=N`, `draft=GGUF`, `shortlist=PATH|full`, `margin=F`); a bare
+    /// value is the pack path. Without `pack=`, the pack beside the model is used when it exists; without
+    /// `shortlist=`, the shortlist beside the draft GGUF, else the full head.
     pub fn from_plugin_arg(arg: &str, model_path: &str) -> Result<EngineConfig, EngineError> {
         let mut cfg = EngineConfig::default();
         let model = (!model_path.is_empty()).then(|| PathBuf::from(model_path));
         let mut pack: Option<PathBuf> = None;
         let mut misslog: Option<Option<PathBuf>> = None;
+        let mut pack_off = false;
+        let mut draft: Option<PathBuf> = None;
+        let mut shortlist: Option<Option<PathBuf>> = None;
+        let mut margin = DEFAULT_MARGIN;
         for item in arg.split(',').map(str::trim).filter(|s| !s.is_empty()) {
             match item.split_once('=') {
                 None => pack = Some(PathBuf::from(item)),
+                Some(("pack", "off")) => pack_off = true,
                 Some(("pack", v)) => pack = Some(PathBuf::from(v)),
+                Some(("draft", v)) => draft = Some(PathBuf::from(v)),
+                Some(("shortlist", "full")) => shortlist = Some(None),
+                Some(("shortlist", v)) => shortlist = Some(Some(PathBuf::from(v))),
+                Some(("margin", v)) => {
+                    margin = v
+                        .parse::<f32>()
+                        .ok()
+                        .filter(|m| m.is_finite() && *m >= 0.0)
+                        .ok_or_else(|| EngineError::Arg(format!("--spec-plugin-arg: margin={v} is not a number ≥ 0")))?
+                }
                 Some(("misslog", "off")) => misslog = Some(None),
                 Some(("misslog", v)) => misslog = Some(Some(PathBuf::from(v))),
                 Some(("adaptive", v)) => cfg.adaptive = parse_bool(v)?,
@@ -84,15 +138,27 @@ impl EngineConfig {
                 }
                 Some((k, _)) => {
                     return Err(EngineError::Arg(format!(
-                        "--spec-plugin-arg: unknown key `{k}` (known: pack, misslog, adaptive, context, nmax)"
+                        "--spec-plugin-arg: unknown key `{k}` (known: pack, misslog, adaptive, context, nmax, draft, shortlist, margin)"
                     )))
                 }
             }
         }
         cfg.pack = match pack {
+            _ if pack_off => None,
             Some(p) => Some(p),
             None => model.as_deref().map(pack_beside).filter(|p| p.is_file()),
         };
+        if shortlist.is_some() && draft.is_none() {
+            return Err(EngineError::Arg("--spec-plugin-arg: shortlist= needs draft=GGUF".into()));
+        }
+        cfg.draft = draft.map(|d| DraftChoice {
+            shortlist: match shortlist {
+                Some(s) => s,
+                None => Some(shortlist_beside(&d)).filter(|p| p.is_file()),
+            },
+            model: d,
+            margin,
+        });
         cfg.miss_log = match misslog {
             Some(m) => m,
             None => model.as_deref().map(default_miss_log),
@@ -126,6 +192,7 @@ fn load_pack_for(path: &Path, texts: &[&[u8]]) -> Result<Pack, EngineError> {
 /// The drafter of one model: pack index, request n-grams, break-even control, miss log.
 pub struct Engine {
     drafter: Drafter,
+    draft: Option<DraftChoice>,
     n_seq: usize,
     pack: Option<(PathBuf, usize)>,
     miss_log: Option<MissLog>,
@@ -153,8 +220,30 @@ impl Engine {
             use_context: cfg.use_context,
             ..DrafterConfig::default()
         };
+        let mut drafter = Drafter::new(index, dcfg);
+        if let Some(d) = &cfg.draft {
+            let md = ModelDrafter::load(&ModelDraftConfig {
+                model: d.model.clone(),
+                shortlist: d.shortlist.clone(),
+                margin: d.margin,
+                n_seq: cfg.n_seq,
+                n_ctx: cfg.n_ctx,
+                n_threads: cfg.n_threads,
+            })?;
+            let (want, got) = (model_fingerprint(model), model_fingerprint(md.model()));
+            if want != got || model.n_vocab() != md.model().n_vocab() {
+                return Err(EngineError::Arg(format!(
+                    "draft model {}: its tokenizer differs from the target's (fingerprint {got}, {} tokens; the target has {want}, {} tokens)",
+                    d.model.display(),
+                    md.model().n_vocab(),
+                    model.n_vocab()
+                )));
+            }
+            drafter = drafter.with_source(Box::new(md));
+        }
         Ok(Engine {
-            drafter: Drafter::new(index, dcfg),
+            drafter,
+            draft: cfg.draft.clone(),
             n_seq: cfg.n_seq,
             pack,
             miss_log: cfg.miss_log.map(|p| MissLog::new(p, MISS_LOG_CAP)),
@@ -175,7 +264,9 @@ impl Engine {
 
     pub fn propose(&mut self, seq: usize, tokens: &[Token], id_last: Token, n_max: usize, out: &mut Vec<Token>) -> usize {
         let now = self.clock.elapsed().as_nanos() as u64;
-        self.drafter.propose(seq, tokens, id_last, n_max, now, out)
+        let n = self.drafter.propose(seq, tokens, id_last, n_max, now, out);
+        self.drafter.end_propose(seq, self.clock.elapsed().as_nanos() as u64);
+        n
     }
 
     pub fn accept(&mut self, seq: usize, n_accepted: usize) {
@@ -229,14 +320,23 @@ impl Engine {
             Some(l) => format!("miss log {}", l.path().display()),
             None => "no miss log".into(),
         };
-        format!("{pack}, {} sequences, {log}", self.n_seq)
+        let draft = match &self.draft {
+            Some(d) => format!(
+                ", draft model {} with {}, margin {}",
+                d.model.display(),
+                d.shortlist.as_ref().map_or("the full head".into(), |s| format!("shortlist {}", s.display())),
+                d.margin
+            ),
+            None => String::new(),
+        };
+        format!("{pack}{draft}, {} sequences, {log}", self.n_seq)
     }
 
     /// One line at shutdown: what drafting did.
     pub fn summary(&self) -> String {
         let s = self.drafter.global_stats();
         format!(
-            "{} calls, {} drafts, {} drafted, {} accepted ({:.1}%), pack hits {} literal + {} shape, context hits {}, steps off {}, alpha {:.2}, beta(2..5) {:.2} {:.2} {:.2} {:.2}",
+            "{} calls, {} drafts, {} drafted, {} accepted ({:.1}%), pack hits {} literal + {} shape, context hits {}, model hits {}, model probes {}, steps off {}, alpha {:.2}, beta(2..5) {:.2} {:.2} {:.2} {:.2}{}",
             s.calls,
             s.drafts,
             s.tokens_drafted,
@@ -245,12 +345,15 @@ impl Engine {
             s.literal_hits,
             s.shape_hits,
             s.context_hits,
+            s.model_hits,
+            s.model_probes,
             s.steps_off,
             s.alpha,
             s.beta[1],
             s.beta[2],
             s.beta[3],
-            s.beta[4]
+            s.beta[4],
+            self.drafter.source_summary().map_or(String::new(), |m| format!("; {m}"))
         )
     }
 }
@@ -290,5 +393,17 @@ mod tests {
         assert!(e.contains("unknown key `colour`"), "{e}");
         let e = EngineConfig::from_plugin_arg("adaptive=maybe", "").unwrap_err().to_string();
         assert!(e.contains("not a boolean"), "{e}");
+        let c = EngineConfig::from_plugin_arg("pack=off,draft=/m/d.gguf,shortlist=/m/s.json,margin=0.3", "").unwrap();
+        assert!(c.pack.is_none());
+        let d = c.draft.unwrap();
+        assert_eq!((d.model.as_path(), d.shortlist.as_deref(), d.margin), (Path::new("/m/d.gguf"), Some(Path::new("/m/s.json")), 0.3));
+        let c = EngineConfig::from_plugin_arg("draft=/m/d.gguf,shortlist=full", "").unwrap();
+        assert_eq!(c.draft.unwrap().shortlist, None);
+        let c = EngineConfig::from_plugin_arg("draft=/nowhere/d.gguf", "").unwrap();
+        assert_eq!(c.draft.unwrap().margin, DEFAULT_MARGIN, "no shortlist beside: full head, default margin");
+        let e = EngineConfig::from_plugin_arg("shortlist=/m/s.json", "").unwrap_err().to_string();
+        assert!(e.contains("needs draft="), "{e}");
+        let e = EngineConfig::from_plugin_arg("draft=/m/d.gguf,margin=-1", "").unwrap_err().to_string();
+        assert!(e.contains("margin=-1"), "{e}");
     }
 }

@@ -5,6 +5,8 @@
 //! drafted token relative to a target step (0 for model-free drafters). The ceiling speedup is
 //! S = E / (β(γ+1) + γ·d). β is measured here with the bindings; α and γ come from the run.
 
+use crate::draft::model::{ModelDraftConfig, ModelDrafter};
+use crate::draft::TokenSource;
 use crate::llama::{Batch, Context, ContextOptions, LlamaError, Model};
 use serde::{Deserialize, Serialize};
 use std::time::Instant;
@@ -182,6 +184,29 @@ pub fn measure_beta(model: &Model, name: &str, max_n: usize, threads: i32, n_pas
 /// Median time of a one-token pass of `model`, ms (for a draft model's cost d = t1(draft) / t1(target)).
 pub fn one_token_ms(model: &Model, name: &str, threads: i32, n_past: usize, reps: usize) -> Result<f64, LlamaError> {
     Ok(measure_beta(model, name, 1, threads, n_past, reps)?.t1_ms)
+}
+
+/// Median time of one draft-model step of the plugin's drafter (one token decoded with llama.cpp's LM
+/// head skipped, then its subset head, or full head, scored), ms, after `n_past` tokens of context.
+pub fn model_draft_step_ms(cfg: &ModelDraftConfig, n_past: usize, reps: usize) -> Result<f64, String> {
+    let mut md = ModelDrafter::load(cfg).map_err(|e| e.to_string())?;
+    let text = "The quick brown fox jumps over the lazy dog. {\"name\": \"Ann Lee\", \"age\": 42}\ndef add(a, b):\n    return a + b\n";
+    let seed = md.model().tokenize(text, true, false).map_err(|e| e.to_string())?;
+    let mut hist = seed.clone();
+    while hist.len() < n_past {
+        hist.extend_from_slice(&seed);
+    }
+    hist.truncate(n_past.max(1));
+    let mut times = Vec::with_capacity(reps);
+    for rep in 0..reps + 2 {
+        let t0 = Instant::now();
+        let t = md.next(0, &hist).ok_or("the draft model predicted nothing")?;
+        if rep >= 2 {
+            times.push(t0.elapsed().as_secs_f64() * 1e3);
+        }
+        hist.push(t);
+    }
+    Ok(median(&mut times))
 }
 
 #[cfg(test)]

@@ -17,6 +17,10 @@ pub mod plugin_keys {
     pub const DRAFT: &str = "draft";
     /// The shortlist file of the shortlist drafter.
     pub const SHORTLIST: &str = "shortlist";
+    /// The draft model scores its full head instead of a shortlist.
+    pub const FULL_HEAD: &str = "shortlist=full";
+    /// Break-even control off, a fixed draft length: for comparing acceptance, not speed.
+    pub const FIXED: &str = "adaptive=0,nmax=3";
 }
 
 /// One configuration, by what it is.
@@ -32,11 +36,13 @@ pub enum ConfigKind {
     PackContext,
     Shortlist,
     PackShortlist,
+    ShortlistFixed,
+    FullHeadFixed,
 }
 
 impl ConfigKind {
     /// Every configuration, in report order.
-    pub const ALL: [ConfigKind; 10] = [
+    pub const ALL: [ConfigKind; 12] = [
         ConfigKind::None,
         ConfigKind::NgramSimple,
         ConfigKind::NgramMapK,
@@ -47,6 +53,8 @@ impl ConfigKind {
         ConfigKind::PackContext,
         ConfigKind::Shortlist,
         ConfigKind::PackShortlist,
+        ConfigKind::ShortlistFixed,
+        ConfigKind::FullHeadFixed,
     ];
 
     pub fn name(self) -> &'static str {
@@ -61,6 +69,8 @@ impl ConfigKind {
             ConfigKind::PackContext => "kolm-pack+ctx",
             ConfigKind::Shortlist => "kolm-shortlist",
             ConfigKind::PackShortlist => "kolm-pack+shortlist",
+            ConfigKind::ShortlistFixed => "kolm-shortlist-fixed",
+            ConfigKind::FullHeadFixed => "kolm-fullhead-fixed",
         }
     }
 
@@ -88,7 +98,14 @@ impl ConfigKind {
 
     /// Drafts with a second model (its cost enters the ceiling as d).
     pub fn uses_draft_model(self) -> bool {
-        matches!(self, ConfigKind::DraftSimple | ConfigKind::Shortlist | ConfigKind::PackShortlist)
+        matches!(
+            self,
+            ConfigKind::DraftSimple
+                | ConfigKind::Shortlist
+                | ConfigKind::PackShortlist
+                | ConfigKind::ShortlistFixed
+                | ConfigKind::FullHeadFixed
+        )
     }
 }
 
@@ -214,6 +231,32 @@ fn plan_one(kind: ConfigKind, a: &Assets) -> Planned {
                 Some(d),
             )
         })(),
+        ConfigKind::ShortlistFixed => (|| {
+            let d = a.draft_model.clone()?;
+            let s = a.shortlist.clone()?;
+            kolm(
+                vec![
+                    plugin_keys::PACK_OFF.into(),
+                    plugin_keys::CONTEXT_OFF.into(),
+                    plugin_keys::FIXED.into(),
+                    format!("{}={}", plugin_keys::DRAFT, d.display()),
+                    format!("{}={}", plugin_keys::SHORTLIST, s.display()),
+                ],
+                Some(d),
+            )
+        })(),
+        ConfigKind::FullHeadFixed => a.draft_model.clone().and_then(|d| {
+            kolm(
+                vec![
+                    plugin_keys::PACK_OFF.into(),
+                    plugin_keys::CONTEXT_OFF.into(),
+                    plugin_keys::FIXED.into(),
+                    format!("{}={}", plugin_keys::DRAFT, d.display()),
+                    plugin_keys::FULL_HEAD.into(),
+                ],
+                Some(d),
+            )
+        }),
         ConfigKind::PackShortlist => (|| {
             let p = a.pack.clone()?;
             let d = a.draft_model.clone()?;
@@ -281,7 +324,7 @@ mod tests {
             Planned::Run(c) => assert_eq!(c.plugin_arg.as_deref(), Some("pack=/o/m.recipes.json,misslog=off")),
             other => panic!("{other:?}"),
         }
-        for k in [ConfigKind::DraftSimple, ConfigKind::Shortlist, ConfigKind::PackShortlist] {
+        for k in [ConfigKind::DraftSimple, ConfigKind::Shortlist, ConfigKind::PackShortlist, ConfigKind::FullHeadFixed] {
             match get(k) {
                 Planned::Skip { reason, .. } => assert!(reason.contains("no draft model"), "{k:?}: {reason}"),
                 other => panic!("{other:?}"),

@@ -14,7 +14,9 @@ pub mod prep;
 pub mod report;
 pub mod run;
 
+use crate::draft::model::ModelDraftConfig;
 use crate::fetch::{self, FetchError};
+use crate::shortlist::Shortlist;
 use crate::llama::{LlamaError, Model, ModelOptions};
 use crate::workload::{self, WorkloadError};
 use config::{Assets, ConfigKind, Planned};
@@ -234,7 +236,7 @@ pub fn run(opts: &BenchOptions, packs: Option<&PackBuilder>, obs: &dyn Observer)
             (Some(s), _) if s.is_file() => Ok(s.clone()),
             (Some(s), _) => Err(format!("no shortlist at {}", s.display())),
             (None, Ok(d)) => {
-                let s = d.with_extension("shortlist.json");
+                let s = crate::engine::shortlist_beside(d);
                 if s.is_file() {
                     Ok(s)
                 } else {
@@ -423,10 +425,40 @@ pub fn run(opts: &BenchOptions, packs: Option<&PackBuilder>, obs: &dyn Observer)
             let dname = dpath.file_stem().map_or("draft".into(), |s| s.to_string_lossy().into_owned());
             let t1 = ceiling::one_token_ms(&dm, &dname, threads, 128, opts.beta_reps)?;
             let d = t1 / betas.t1_ms;
-            for k in [ConfigKind::DraftSimple, ConfigKind::Shortlist, ConfigKind::PackShortlist] {
-                d_of.insert(k, d);
+            d_of.insert(ConfigKind::DraftSimple, d);
+            let step = |shortlist: Option<PathBuf>| {
+                let cfg = ModelDraftConfig {
+                    model: dpath.clone(),
+                    shortlist,
+                    margin: 0.0,
+                    n_seq: 1,
+                    n_ctx: 1024,
+                    n_threads: threads,
+                };
+                ceiling::model_draft_step_ms(&cfg, 128, opts.beta_reps.max(5) * 3)
+            };
+            let full = step(None).map_err(|e| obs.note(&format!("  draft step with the full head not measured: {e}"))).ok();
+            let subset = match &shortlist {
+                Ok(sl) => step(Some(sl.clone())).map_err(|e| obs.note(&format!("  subset draft step not measured: {e}"))).ok(),
+                Err(_) => None,
+            };
+            let rows = shortlist.as_ref().ok().and_then(|sl| Shortlist::load(sl, &dm).ok()).map(|s| s.len());
+            if let Some(f) = full {
+                d_of.insert(ConfigKind::FullHeadFixed, f / betas.t1_ms);
             }
-            report.draft_costs.push(DraftCost { target: name.clone(), draft: dname, t1_draft_ms: t1, t1_target_ms: betas.t1_ms, d });
+            for k in [ConfigKind::Shortlist, ConfigKind::PackShortlist, ConfigKind::ShortlistFixed] {
+                d_of.insert(k, subset.map_or(d, |s| s / betas.t1_ms));
+            }
+            report.draft_costs.push(DraftCost {
+                target: name.clone(),
+                draft: dname,
+                t1_draft_ms: t1,
+                t1_target_ms: betas.t1_ms,
+                d,
+                subset_rows: rows,
+                step_subset_ms: subset,
+                step_full_ms: full,
+            });
         }
         for g in report.groups[first_group..].iter_mut().filter(|g| g.slots == 1) {
             for c in &mut g.configs {
@@ -442,9 +474,6 @@ pub fn run(opts: &BenchOptions, packs: Option<&PackBuilder>, obs: &dyn Observer)
     }
     if report.groups.iter().any(|g| g.slots > 1) {
         report.notes.push("the ceiling is given for -np 1 only: β above is for one sequence.".into());
-    }
-    if report.groups.iter().flat_map(|g| g.configs.iter()).any(|c| c.kind == ConfigKind::Shortlist && c.summary.is_some()) {
-        report.notes.push("d for the shortlist drafter is the draft model's full-head step cost: an upper bound.".into());
     }
     report.elapsed_s = t_start.elapsed().as_secs_f64();
     Ok(report)

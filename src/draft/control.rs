@@ -3,7 +3,8 @@
 //! A verify step over γ drafted tokens costs β(γ+1) plain steps and yields
 //! E(γ) = 1 + p₁ + p₁p₂ + … + p₁…p_γ tokens, where pᵢ is the chance that drafted token i is
 //! accepted given the ones before it were. The drafter picks γ maximising E(γ) / (β(γ+1) + d);
-//! γ = 0 (score 1) means drafting does not pay.
+//! γ = 0 (score 1) means drafting does not pay. d is the drafter's own cost: zero for pack and n-gram
+//! lookups, one draft-model step (measured) for each token a draft model proposes.
 
 /// Longest draft the drafter will ever propose.
 pub const MAX_DRAFT: usize = 16;
@@ -98,7 +99,7 @@ impl BetaModel {
     }
 
     /// Duration of a plain step: measured, or inferred from other buckets through the prior.
-    fn unit_ns(&self) -> Option<f64> {
+    pub fn unit_ns(&self) -> Option<f64> {
         if self.samples[1] > 0 {
             return Some(self.mean_ns[1]);
         }
@@ -175,14 +176,16 @@ impl Acceptance {
     }
 }
 
-/// Draft length in `0..=p.len()` maximising expected tokens per unit of cost.
-pub fn best_length(p: &[f32], beta: &BetaModel, drafter_cost: f64) -> usize {
+/// Draft length in `0..=p.len()` maximising expected tokens per unit of cost; `cost[i]` is what drafting
+/// token i costs relative to a plain step (0 for pack and n-gram tokens, d for a draft model's).
+pub fn best_length(p: &[f32], beta: &BetaModel, cost: &[f64]) -> usize {
     let (mut best, mut best_score) = (0, 1.0);
-    let (mut expected, mut run) = (1.0, 1.0);
+    let (mut expected, mut run, mut spent) = (1.0, 1.0, 0.0);
     for (i, &pi) in p.iter().enumerate() {
         run *= f64::from(pi);
         expected += run;
-        let score = expected / (beta.beta(i + 2) + drafter_cost);
+        spent += cost.get(i).copied().unwrap_or(0.0);
+        let score = expected / (beta.beta(i + 2) + spent);
         if score > best_score + 1e-9 {
             (best, best_score) = (i + 1, score);
         }
@@ -225,15 +228,16 @@ mod tests {
     fn best_length_trades_acceptance_against_cost() {
         let b = BetaModel::new(DEFAULT_BETA_PRIOR);
         assert_eq!(
-            best_length(&[0.3; 4], &b, 0.0),
+            best_length(&[0.3; 4], &b, &[]),
             0,
             "low acceptance: don't draft"
         );
-        assert_eq!(best_length(&[0.7; 4], &b, 0.0), 1);
-        assert!(best_length(&[1.0; 4], &b, 0.0) >= 1);
+        assert_eq!(best_length(&[0.7; 4], &b, &[]), 1);
+        assert_eq!(best_length(&[0.7; 4], &b, &[0.35; 4]), 0, "a draft model's cost makes it not pay");
+        assert!(best_length(&[1.0; 4], &b, &[]) >= 1);
         let flat = BetaModel::new(&[(1, 1.0), (16, 1.0)]);
         assert_eq!(
-            best_length(&[0.5; 4], &flat, 0.0),
+            best_length(&[0.5; 4], &flat, &[]),
             4,
             "free verification: draft all"
         );

@@ -16,6 +16,9 @@ pub struct Stats {
     pub literal_hits: u64,
     pub shape_hits: u64,
     pub context_hits: u64,
+    pub model_hits: u64,
+    /// Steps on which a draft model that did not pay drafted anyway, to re-measure.
+    pub model_probes: u64,
     /// Calls where the control judged drafting not worth it.
     pub steps_off: u64,
     /// Drafts made while off, to re-measure acceptance.
@@ -39,6 +42,8 @@ impl Stats {
         self.literal_hits += o.literal_hits;
         self.shape_hits += o.shape_hits;
         self.context_hits += o.context_hits;
+        self.model_hits += o.model_hits;
+        self.model_probes += o.model_probes;
         self.steps_off += o.steps_off;
         self.probes += o.probes;
         self.misses_recorded += o.misses_recorded;

@@ -72,7 +72,7 @@ fn map_engine(e: EngineError) -> FfiError {
         EngineError::Pack(p) if matches!(p.kind, PackErrorKind::TokenizerMismatch { .. }) => KolmRsdResult::TokenizerMismatch,
         EngineError::Pack(_) => KolmRsdResult::BadPack,
         EngineError::Io(..) => KolmRsdResult::Io,
-        EngineError::Arg(_) => KolmRsdResult::InvalidArgument,
+        EngineError::Arg(_) | EngineError::Draft(_) => KolmRsdResult::InvalidArgument,
     };
     FfiError(code, e.to_string())
 }

@@ -73,6 +73,13 @@ pub unsafe extern "C" fn llama_spec_plugin_init(params: *const LlamaSpecPluginPa
         let mut cfg = EngineConfig::from_plugin_arg(arg, path).map_err(|e| FfiError::invalid(e.to_string()))?;
         cfg.n_seq = p.n_seq.max(1) as usize;
         cfg.n_max = usize::try_from(p.n_max).unwrap_or(0).max(1).min(cfg.n_max_cap());
+        if !p.ctx.is_null() {
+            // SAFETY: the host's target context is live for the plugin's lifetime; plain reads.
+            unsafe {
+                cfg.n_ctx = sys::llama_n_ctx(p.ctx);
+                cfg.n_threads = sys::llama_n_threads(p.ctx);
+            }
+        }
         // SAFETY: the host owns the model and keeps it alive until llama_spec_plugin_free.
         let model = unsafe { Model::borrowed(model) };
         let engine = Engine::new(&model, cfg).map_err(|e| FfiError::invalid(format!("kolm-rsd: {e}")))?;
