@@ -180,7 +180,7 @@ impl Server {
             "n_predict": n_predict,
             "temperature": 0.0,
             "seed": 0,
-            "cache_prompt": true,
+            "cache_prompt": false,
         }))
     }
 

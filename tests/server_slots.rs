@@ -3,9 +3,9 @@
 //! per-slot state across slots; and seeded sampling (temperature > 0) gives the same text with the
 //! plugin as without.
 //!
-//! Requests here are sent one after another. Concurrent requests whose prompts are processed in one
-//! batch are not bitwise identical even without speculation (the prompt is split into other ubatches,
-//! and a short remainder takes the single-column kernels): see docs/batch-invariance.md.
+//! With 4 clients at once, strict batching (patch 0004, on with `--spec-plugin`) keeps every request's
+//! output identical to the same request served alone: prompt chunks are decoded on their own and the
+//! generating slots in calls of at most GGML_CPU_BATCH_INVARIANT_MAX tokens (docs/batch-invariance.md).
 
 mod common;
 
@@ -23,6 +23,65 @@ fn prompts() -> Vec<String> {
 
 fn one_by_one(server: &Server, prompts: &[String]) -> Vec<String> {
     prompts.iter().map(|p| server.complete(p, 80).unwrap().content).collect()
+}
+
+/// `prompts` sent by 4 clients at once (client c sends prompts c, c+4, …); outputs in prompt order.
+fn concurrently(server: &Server, prompts: &[String]) -> Vec<String> {
+    let mut out = vec![String::new(); prompts.len()];
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..4)
+            .map(|c| {
+                s.spawn(move || {
+                    (c..prompts.len()).step_by(4).map(|i| (i, server.complete(&prompts[i], 80).unwrap().content)).collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        for h in handles {
+            for (i, text) in h.join().unwrap() {
+                out[i] = text;
+            }
+        }
+    });
+    out
+}
+
+#[test]
+fn four_concurrent_clients_match_requests_served_alone() {
+    let dir = common::scratch("server-concurrent");
+    let model = Model::load(&common::smol(), &ModelOptions { n_gpu_layers: 0 }).unwrap();
+    let all = workload::load("json-extraction").unwrap();
+    let prompts: Vec<String> = all.iter().skip(1).step_by(6).take(8).map(|p| templated(&model, &p.text)).collect();
+    drop(model);
+    let alone = Server::start(&ServerOptions::new(&common::smol(), &dir.join("np1.log"))).unwrap();
+    let reference = one_by_one(&alone, &prompts);
+    alone.stop();
+
+    // Plain llama-server with strict batching asked for: the scheduling alone makes it identical.
+    let mut plain4 = ServerOptions::new(&common::smol(), &dir.join("np4-strict.log"));
+    plain4.n_parallel = 4;
+    plain4.extra = vec!["--strict-batching".into()];
+    let server = Server::start(&plain4).unwrap();
+    let got = concurrently(&server, &prompts);
+    server.stop();
+    let log = std::fs::read_to_string(dir.join("np4-strict.log")).unwrap();
+    assert!(log.contains("strict batching: prompts decoded alone"), "strict batching is not on:\n{log}");
+    for (i, (g, r)) in got.iter().zip(&reference).enumerate() {
+        assert_eq!(g, r, "prompt {i}: plain -np 4 with --strict-batching and 4 clients differs from -np 1");
+    }
+
+    // kolm-rsd with 4 slots and 4 clients, drafting at every step: strict batching is on by default.
+    let mut spec4 = ServerOptions::new(&common::smol(), &dir.join("np4-plugin.log"));
+    spec4.n_parallel = 4;
+    spec4.plugin = Some(common::plugin());
+    spec4.plugin_arg = Some(format!("adaptive=0,nmax=3,misslog=off,pack={}", common::small_pack().display()));
+    let server = Server::start(&spec4).unwrap();
+    let got = concurrently(&server, &prompts);
+    server.stop();
+    for (i, (g, r)) in got.iter().zip(&reference).enumerate() {
+        assert_eq!(g, r, "prompt {i}: kolm-rsd -np 4 with 4 clients differs from plain -np 1");
+    }
+    let summary = common::plugin_summary(&dir.join("np4-plugin.log"));
+    assert!(common::summary_number(&summary, " drafted, ") > 0, "nothing was drafted: {summary}");
 }
 
 #[test]

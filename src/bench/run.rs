@@ -151,7 +151,9 @@ pub fn run_interleaved(spec: &RunSpec, configs: &[Config], obs: &dyn Observer) -
             model: spec.model.to_path_buf(),
             plugin: c.plugin.clone(),
             plugin_arg: c.plugin_arg.clone(),
-            extra: c.extra.clone(),
+            // Every configuration, the reference included, schedules batch-invariantly (patch 0004), so with
+            // several slots each output can still be held against plain decoding.
+            extra: [c.extra.clone(), vec!["--strict-batching".to_string()]].concat(),
             n_parallel: spec.slots,
             n_ctx: spec.n_ctx,
             threads: spec.threads,
