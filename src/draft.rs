@@ -62,6 +62,8 @@ pub struct DrafterConfig {
     /// pass over the tokens it missed.
     pub model_probe_min: u32,
     pub model_probe_max: u32,
+    /// … and only while it would pay at this acceptance (its best case worth testing).
+    pub model_probe_alpha: f32,
     /// Misses kept until drained; later ones are dropped and counted.
     pub miss_capacity: usize,
     /// Break-even control on; off drafts the whole chain found at every step (tests, benchmarks of
@@ -91,6 +93,7 @@ impl Default for DrafterConfig {
             model_cost_prior: 0.35,
             model_probe_min: 32,
             model_probe_max: 1024,
+            model_probe_alpha: 0.9,
             miss_capacity: 4096,
             adaptive: true,
             use_context: true,
@@ -304,6 +307,11 @@ impl Drafter {
             None => (0, false),
             Some(_) if !cfg.adaptive => (n_max, false),
             Some(d) => match best_length(&p[..n_max], &self.beta, &[d; MAX_DRAFT][..n_max]) {
+                // A model that would not pay even at `model_probe_alpha` acceptance is not probed: with the
+                // measured β and d nothing it could show would turn it on, and a probe costs a catch-up pass.
+                0 if best_length(&[cfg.model_probe_alpha; MAX_DRAFT][..n_max], &self.beta, &[d; MAX_DRAFT][..n_max]) == 0 => {
+                    (0, false)
+                }
                 0 => {
                     self.model_wait += 1;
                     if self.model_wait >= self.model_probe_every {
@@ -571,6 +579,60 @@ mod tests {
             alpha_prior: 0.9,
             ..DrafterConfig::default()
         }
+    }
+
+    /// A draft model stand-in: predicts `history.last() + 1`, counts its calls, costs `cost_ns`.
+    struct Counter {
+        calls: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+        cost_ns: f64,
+    }
+
+    impl TokenSource for Counter {
+        fn begin(&mut self, _seq: usize) {}
+        fn next(&mut self, _seq: usize, history: &[i32]) -> Option<i32> {
+            self.calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            history.last().map(|t| t + 1)
+        }
+        fn cost_ns(&self) -> Option<f64> {
+            Some(self.cost_ns)
+        }
+        fn summary(&self) -> String {
+            String::new()
+        }
+    }
+
+    /// Runs `steps` steps of a sequence counting up by one (what Counter predicts), the target accepting all.
+    fn run_with_model(cfg: DrafterConfig, steps: usize, step_ns: u64, cost_ns: f64) -> (usize, Stats) {
+        let calls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let mut d = Drafter::new(None, cfg).with_source(Box::new(Counter { calls: calls.clone(), cost_ns }));
+        let mut toks: Vec<i32> = vec![1, 2, 3];
+        d.begin(0, &toks);
+        let (mut now, mut out) = (0u64, Vec::new());
+        for _ in 0..steps {
+            let last = *toks.last().unwrap() + 1;
+            let g = d.propose(0, &toks, last, 4, now, &mut out);
+            toks.push(last);
+            toks.extend_from_slice(&out);
+            d.accept(0, g);
+            now += step_ns * (g as u64 + 1);
+        }
+        (calls.load(std::sync::atomic::Ordering::Relaxed), d.global_stats())
+    }
+
+    #[test]
+    fn a_draft_model_is_used_only_where_it_pays() {
+        let cpu = DrafterConfig { use_context: false, ..DrafterConfig::default() };
+        // Verification on this CPU's β and a model costing half a target step: never worth a probe.
+        let (calls, st) = run_with_model(cpu.clone(), 300, 1_000_000, 500_000.0);
+        assert_eq!((calls, st.model_hits, st.model_probes), (0, 0, 0), "{st:?}");
+        // Nearly free verification and a cheap model: it drafts, and its tokens are accepted.
+        let gpu = DrafterConfig { beta_prior: vec![(1, 1.0), (16, 1.2)], ..cpu.clone() };
+        let (calls, st) = run_with_model(gpu, 100, 1_000_000, 50_000.0);
+        assert!(calls > 100 && st.model_hits > 100 && st.tokens_accepted == st.tokens_drafted, "{calls} {st:?}");
+        // Break-even control off: the model drafts n_max at every step whatever it costs.
+        let fixed = DrafterConfig { adaptive: false, ..cpu };
+        let (calls, st) = run_with_model(fixed, 50, 1_000_000, 500_000.0);
+        assert_eq!((calls, st.model_hits, st.drafts), (200, 200, 50), "{st:?}");
     }
 
     #[test]

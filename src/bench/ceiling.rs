@@ -198,10 +198,11 @@ pub fn model_draft_step_ms(cfg: &ModelDraftConfig, n_past: usize, reps: usize) -
     }
     hist.truncate(n_past.max(1));
     let mut times = Vec::with_capacity(reps);
-    for rep in 0..reps + 2 {
+    const WARMUP: usize = 6;
+    for rep in 0..reps + WARMUP {
         let t0 = Instant::now();
         let t = md.next(0, &hist).ok_or("the draft model predicted nothing")?;
-        if rep >= 2 {
+        if rep >= WARMUP {
             times.push(t0.elapsed().as_secs_f64() * 1e3);
         }
         hist.push(t);
