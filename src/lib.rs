@@ -8,6 +8,7 @@
 
 pub mod align;
 pub mod bench;
+pub mod chart;
 pub mod compile;
 pub mod draft;
 pub mod engine;

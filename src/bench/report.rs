@@ -469,36 +469,6 @@ pub fn write_files(r: &BenchReport, dir: &Path) -> std::io::Result<(PathBuf, Pat
     Ok((json, md))
 }
 
-/// TrueType fonts tried for the chart's text, in order (`KOLM_RSD_FONT` first). Debian: `fonts-dejavu-core`.
-pub const FONT_PATHS: &[&str] = &[
-    "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
-    "/usr/share/fonts/dejavu/DejaVuSans.ttf",
-    "/usr/share/fonts/TTF/DejaVuSans.ttf",
-    "/usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf",
-    "/usr/share/fonts/truetype/freefont/FreeSans.ttf",
-];
-
-fn register_font() -> Result<(), String> {
-    use std::sync::OnceLock;
-    static FONT: OnceLock<Result<(), String>> = OnceLock::new();
-    FONT.get_or_init(|| {
-        let candidates: Vec<PathBuf> = std::env::var_os("KOLM_RSD_FONT").map(PathBuf::from).into_iter().chain(FONT_PATHS.iter().map(PathBuf::from)).collect();
-        for p in &candidates {
-            if let Ok(bytes) = std::fs::read(p) {
-                let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
-                if plotters::style::register_font("sans-serif", plotters::style::FontStyle::Normal, bytes).is_ok() {
-                    return Ok(());
-                }
-            }
-        }
-        Err(format!(
-            "no TrueType font for the chart's text (tried {}; on Debian: apt-get install fonts-dejavu-core, or set KOLM_RSD_FONT)",
-            candidates.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
-        ))
-    })
-    .clone()
-}
-
 /// Bars of one chart: groups (workloads) of (configuration, speedup).
 pub type ChartData = Vec<(String, Vec<(String, f64)>)>;
 
@@ -520,7 +490,7 @@ pub fn chart_data(r: &BenchReport, model: &str, slots: u32) -> ChartData {
         .collect()
 }
 
-const PALETTE: [(u8, u8, u8); 10] = [
+const PALETTE: [(u8, u8, u8); 12] = [
     (31, 119, 180),
     (255, 127, 14),
     (44, 160, 44),
@@ -531,6 +501,8 @@ const PALETTE: [(u8, u8, u8); 10] = [
     (127, 127, 127),
     (188, 189, 34),
     (23, 190, 207),
+    (0, 0, 128),
+    (128, 128, 0),
 ];
 
 /// A configuration's colour: the same in every chart (by its place in [`ConfigKind::ALL`]).
@@ -542,7 +514,7 @@ fn colour(name: &str, fallback: usize) -> (u8, u8, u8) {
 /// Draws a grouped bar chart (one group per workload, one bar per configuration, a line at 1.0) to a PNG.
 pub fn draw_chart(path: &Path, title: &str, data: &ChartData) -> Result<(), String> {
     use plotters::prelude::*;
-    register_font()?;
+    crate::chart::register_font()?;
     let configs: Vec<String> = {
         let mut v: Vec<String> = Vec::new();
         for (_, bars) in data {

@@ -7,7 +7,7 @@ use kolm_rsd::head::{top2, HeadInfo, HeadOptions, OutsideBound, RowStats, Subset
 use kolm_rsd::llama::{self, argmax, Model, ModelOptions, Token};
 use kolm_rsd::pack::write_atomic;
 use kolm_rsd::engine::model_fingerprint;
-use kolm_rsd::shortlist::{always_tokens, rank_of, score_positions, top_ids, Coverage, Histogram, Method, Shortlist};
+use kolm_rsd::shortlist::{always_tokens, rank_of, score_positions, top_ids, Coverage, Histogram, Method, Shortlist, COVERAGE_KS};
 use kolm_rsd::teacher::Teacher;
 use kolm_rsd::workload;
 use std::path::PathBuf;
@@ -115,6 +115,9 @@ pub struct ReportArgs {
     /// Also write the tables (markdown) here.
     #[arg(short, long)]
     pub output: Option<PathBuf>,
+    /// Plot of coverage against set size (PNG). Default: beside --output, NAME.coverage.png.
+    #[arg(long)]
+    pub plot: Option<PathBuf>,
 }
 
 pub fn run(cmd: ShortlistCmd) -> CliResult {
@@ -291,6 +294,19 @@ fn report(a: &ReportArgs) -> CliResult {
     let mut sizes: Vec<usize> = a.sizes.iter().map(|&n| n.min(n_vocab)).filter(|&n| n <= ranking.len()).collect();
     sizes.dedup();
     md += &format!("Coverage: share of {npos} held-out positions whose teacher top-k are all in the set.\n\n{}\n", cov.table(&sizes));
+    let plot = a.plot.clone().or_else(|| a.output.as_ref().map(|o| o.with_extension("coverage.png")));
+    if let Some(png) = plot {
+        let lines: Vec<(String, Vec<(f64, f64)>)> = COVERAGE_KS
+            .iter()
+            .enumerate()
+            .map(|(j, k)| (format!("top-{k} in the set"), sizes.iter().map(|&n| (n as f64, cov.share(n, j))).collect()))
+            .collect();
+        let title = format!("{name}: held-out coverage by shortlist size ({npos} positions)");
+        match kolm_rsd::chart::draw_lines(&png, &title, "shortlist size (ids)", "positions covered (%)", &lines) {
+            Ok(()) => md += &format!("![coverage]({})\n\n", png.file_name().unwrap_or_default().to_string_lossy()),
+            Err(e) => eprintln!("no coverage plot: {e}"),
+        }
+    }
     let skipped: Vec<usize> = a.sizes.iter().copied().filter(|&n| n.min(n_vocab) > ranking.len()).collect();
     if !skipped.is_empty() {
         md += &format!("(sizes {skipped:?} exceed the ranking of {} ids; pass --histogram)\n\n", ranking.len());
