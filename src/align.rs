@@ -127,6 +127,11 @@ impl Recipes {
         self.cfg.max_n_literal
     }
 
+    /// Longest shape context collected, and the shape table (None: literal recipes only).
+    pub fn shapes(&self) -> Option<(&ShapeTable, usize)> {
+        self.shapes.as_ref().map(|s| (s, self.cfg.max_n_shape))
+    }
+
     /// Number of distinct contexts seen so far.
     pub fn len(&self) -> usize {
         self.cands.len()
@@ -212,9 +217,10 @@ impl Recipes {
         }
     }
 
-    /// Adds evidence gathered elsewhere (e.g. folded misses).
-    pub fn add(&mut self, obs: Observation) {
-        self.add_observation(obs, false);
+    /// Adds evidence gathered elsewhere (e.g. folded misses); `all_literal`: a shape context made only of
+    /// tokens that are their own class (its literal entry has the same key, so the build skips it).
+    pub fn add(&mut self, obs: Observation, all_literal: bool) {
+        self.add_observation(obs, all_literal);
     }
 
     fn add_observation(&mut self, o: Observation, all_literal: bool) {

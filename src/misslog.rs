@@ -151,42 +151,47 @@ pub fn read_misses(
     Ok(report)
 }
 
-/// Folds misses into literal recipe candidates: for each context suffix (1 to
-/// `recipes.max_n_literal()` tokens), a next token seen at least `min_seen` times becomes a
-/// candidate with that count, and the other tokens seen after the same suffix count against it.
+/// Folds misses into recipe candidates: for each context suffix (1 to `recipes.max_n_literal()` tokens,
+/// and, when the recipes collect shapes, each shape suffix up to their longest), a next token seen at least
+/// `min_seen` times becomes a candidate with that count, and the other tokens seen after the same context
+/// count against it. A shape key of the last n tokens depends on those n only, so the 8 tokens a miss keeps
+/// give the keys the drafter computes at run time.
 pub fn fold_misses(misses: &[Miss], min_seen: u32, recipes: &mut Recipes) {
-    let max_n = recipes.max_n_literal().min(MISS_CONTEXT);
-    // (n, key) → (parent key, [(token, times seen)])
-    type Seen = (Option<u64>, Vec<(u32, u32)>);
-    let mut by_ctx: AHashMap<(u8, u64), Seen> = AHashMap::new();
+    let max_lit = recipes.max_n_literal().min(MISS_CONTEXT);
+    // (kind, n, key) → (parent key, all literal, [(token, times seen)])
+    type Seen = (Option<u64>, bool, Vec<(u32, u32)>);
+    let mut by_ctx: AHashMap<(EntryKind, u8, u64), Seen> = AHashMap::new();
     let mut keys = [0u64; MISS_CONTEXT];
+    let mut count = |kind, i: usize, keys: &[u64], all_literal: bool, token: u32| {
+        let slot = by_ctx
+            .entry((kind, i as u8 + 1, keys[i]))
+            .or_insert_with(|| (i.checked_sub(1).map(|p| keys[p]), all_literal, Vec::new()));
+        match slot.2.iter_mut().find(|(t, _)| *t == token) {
+            Some((_, c)) => *c += 1,
+            None => slot.2.push((token, 1)),
+        }
+    };
     for m in misses {
         let Ok(token) = u32::try_from(m.token) else {
             continue;
         };
-        let n = literal_suffix_keys(&m.context, max_n, &mut keys);
+        let n = literal_suffix_keys(&m.context, max_lit, &mut keys);
         for i in 0..n {
-            let slot = by_ctx
-                .entry((i as u8 + 1, keys[i]))
-                .or_insert_with(|| (i.checked_sub(1).map(|p| keys[p]), Vec::new()));
-            match slot.1.iter_mut().find(|(t, _)| *t == token) {
-                Some((_, c)) => *c += 1,
-                None => slot.1.push((token, 1)),
+            count(EntryKind::Literal, i, &keys, false, token);
+        }
+        if let Some((shapes, max_shape)) = recipes.shapes() {
+            let n = shapes.suffix_keys(&m.context, max_shape.min(MISS_CONTEXT), &mut keys);
+            let mut all_literal = true;
+            for i in 0..n {
+                all_literal &= shapes.always_literal(m.context[m.context.len() - 1 - i]);
+                count(EntryKind::Shape, i, &keys, all_literal, token);
             }
         }
     }
-    for ((n, key), (parent, tokens)) in by_ctx {
+    for ((kind, n, key), (parent, all_literal, tokens)) in by_ctx {
         let total: u32 = tokens.iter().map(|&(_, c)| c).sum();
         for &(token, count) in tokens.iter().filter(|&&(_, c)| c >= min_seen) {
-            recipes.add(Observation {
-                kind: EntryKind::Literal,
-                n,
-                key,
-                parent,
-                token,
-                count,
-                conflicts: total - count,
-            });
+            recipes.add(Observation { kind, n, key, parent, token, count, conflicts: total - count }, all_literal);
         }
     }
 }
@@ -197,6 +202,7 @@ mod tests {
     use crate::align::{AlignConfig, BuildConfig};
     use crate::index::Index;
     use crate::pack::tests::meta;
+    use crate::shape::ShapeTable;
 
     fn miss(context: &[i32], token: i32) -> Miss {
         Miss {
@@ -302,5 +308,22 @@ mod tests {
         assert_eq!(idx.lookup(&[5, 6]).map(|h| h.token), Some(1));
         assert_eq!(idx.lookup(&[0, 6]).map(|h| h.token), Some(2));
         assert_eq!(idx.lookup(&[6]), None);
+    }
+
+    #[test]
+    fn misses_also_become_shape_entries() {
+        // Vocabulary: `{"age": ` then digits; a miss after one number predicts the same `,` after another.
+        let texts: Vec<&[u8]> = vec![b"{", b"\"", b"age", b"\":", b" ", b"42", b"17", b",", b"x"];
+        let shapes = ShapeTable::from_token_texts(&texts);
+        let mut misses = vec![miss(&[0, 1, 2, 3, 4, 5], 7); 2];
+        misses.push(miss(&[0, 1, 2, 3, 4, 5], 7));
+        let mut r = Recipes::new(AlignConfig::default(), Some(shapes.clone()));
+        fold_misses(&misses, 2, &mut r);
+        let pack = r.build(meta(), &BuildConfig::default()).unwrap();
+        assert!(pack.entries().iter().any(|e| e.kind == EntryKind::Shape), "no shape entry from misses");
+        let idx = Index::new(&pack, Some(shapes));
+        // 17 was never seen: only the shape (a number after `"age": `) can answer.
+        let hit = idx.lookup(&[0, 1, 2, 3, 4, 6]).expect("shape lookup");
+        assert_eq!((hit.token, hit.kind), (7, EntryKind::Shape));
     }
 }
