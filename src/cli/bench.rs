@@ -69,7 +69,12 @@ impl Observer for Bar {
         self.0.inc(1);
     }
     fn note(&self, msg: &str) {
-        self.0.println(msg);
+        // A hidden bar (stderr not a terminal) drops println: notes, mismatches among them, go to stderr then.
+        if self.0.is_hidden() {
+            eprintln!("{msg}");
+        } else {
+            self.0.println(msg);
+        }
     }
 }
 
