@@ -64,6 +64,7 @@ fn shortlist_with(model: &Model, must: &[Token], size: usize, path: &Path) -> Sh
 
 #[test]
 fn skipped_head_and_subset_head_give_the_targets_greedy_tokens() {
+    let _serial = common::one_at_a_time();
     let dir = common::scratch("model-draft-parity");
     let model = Model::load(&common::smol(), &ModelOptions { n_gpu_layers: 0 }).unwrap();
     let prompt = model.tokenize(&templated(&model, PROMPT), false, true).unwrap();
@@ -99,6 +100,7 @@ fn prompts(model_path: &Path) -> Vec<String> {
 
 #[test]
 fn plugin_drafts_with_the_model_and_output_is_identical() {
+    let _serial = common::one_at_a_time();
     let dir = common::scratch("model-draft-serving");
     let smol = common::smol();
     let prompts = prompts(&smol);
@@ -136,6 +138,7 @@ fn plugin_drafts_with_the_model_and_output_is_identical() {
 
 #[test]
 fn draft_model_with_another_tokenizer_is_refused() {
+    let _serial = common::one_at_a_time();
     let dir = common::scratch("model-draft-tokenizer");
     let qwen = kolm_rsd::fetch::model("qwen2.5-coder-0.5b", false).expect("fetch qwen2.5-coder-0.5b");
     let mut opts = ServerOptions::new(&common::smol(), &dir.join("log"));

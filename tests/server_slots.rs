@@ -47,6 +47,7 @@ fn concurrently(server: &Server, prompts: &[String]) -> Vec<String> {
 
 #[test]
 fn four_concurrent_clients_match_requests_served_alone() {
+    let _serial = common::one_at_a_time();
     let dir = common::scratch("server-concurrent");
     let model = Model::load(&common::smol(), &ModelOptions { n_gpu_layers: 0 }).unwrap();
     let all = workload::load("json-extraction").unwrap();
@@ -86,6 +87,7 @@ fn four_concurrent_clients_match_requests_served_alone() {
 
 #[test]
 fn four_slots_match_one_slot() {
+    let _serial = common::one_at_a_time();
     let dir = common::scratch("server-slots");
     let prompts = prompts();
     let alone = Server::start(&ServerOptions::new(&common::smol(), &dir.join("np1.log"))).unwrap();
@@ -112,6 +114,7 @@ fn four_slots_match_one_slot() {
 
 #[test]
 fn seeded_sampling_is_identical_with_the_plugin() {
+    let _serial = common::one_at_a_time();
     let dir = common::scratch("server-sampling");
     let prompts = prompts();
     let body = |p: &str| json!({"prompt": p, "n_predict": 80, "temperature": 0.8, "top_k": 40, "seed": 1234, "cache_prompt": true});

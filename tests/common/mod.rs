@@ -9,6 +9,13 @@ pub fn smol() -> PathBuf {
     kolm_rsd::fetch::model(kolm_rsd::fetch::DEFAULT_MODEL, false).expect("fetch smollm2-135m")
 }
 
+/// Serialises the tests of one binary that run models: llama.cpp's OpenMP threads spin while they wait, so
+/// two 2-thread servers on 2 cores slow each other down by orders of magnitude instead of sharing.
+pub fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// A fresh scratch directory under target/ for one test.
 pub fn scratch(name: &str) -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
