@@ -198,6 +198,20 @@ fn plan_one(kind: ConfigKind, a: &Assets) -> Planned {
         arg.push("misslog=off".into());
         Ok(Config { plugin: Some(plugin), plugin_arg: Some(arg.join(",")), draft_model: draft, ..base(vec![]) })
     };
+    // The draft model alone (no pack, no n-grams) with a shortlist (None: the full head), break-even on or fixed.
+    let model_only = |shortlist: Option<Result<PathBuf, String>>, fixed: bool| -> Result<Config, String> {
+        let d = a.draft_model.clone()?;
+        let mut args: Vec<String> = vec![plugin_keys::PACK_OFF.into(), plugin_keys::CONTEXT_OFF.into()];
+        if fixed {
+            args.push(plugin_keys::FIXED.into());
+        }
+        args.push(format!("{}={}", plugin_keys::DRAFT, d.display()));
+        args.push(match shortlist {
+            Some(s) => format!("{}={}", plugin_keys::SHORTLIST, s?.display()),
+            None => plugin_keys::FULL_HEAD.into(),
+        });
+        kolm(args, Some(d))
+    };
     let result: Result<Config, String> = match kind {
         ConfigKind::None => Ok(base(vec![])),
         ConfigKind::NgramSimple => Ok(base(spec("ngram-simple"))),
@@ -218,45 +232,9 @@ fn plan_one(kind: ConfigKind, a: &Assets) -> Planned {
             .clone()
             .and_then(|p| kolm(vec![format!("pack={}", p.display()), plugin_keys::CONTEXT_OFF.into()], None)),
         ConfigKind::PackContext => a.pack.clone().and_then(|p| kolm(vec![format!("pack={}", p.display())], None)),
-        ConfigKind::Shortlist => (|| {
-            let d = a.draft_model.clone()?;
-            let s = a.shortlist.clone()?;
-            kolm(
-                vec![
-                    plugin_keys::PACK_OFF.into(),
-                    plugin_keys::CONTEXT_OFF.into(),
-                    format!("{}={}", plugin_keys::DRAFT, d.display()),
-                    format!("{}={}", plugin_keys::SHORTLIST, s.display()),
-                ],
-                Some(d),
-            )
-        })(),
-        ConfigKind::ShortlistFixed => (|| {
-            let d = a.draft_model.clone()?;
-            let s = a.shortlist.clone()?;
-            kolm(
-                vec![
-                    plugin_keys::PACK_OFF.into(),
-                    plugin_keys::CONTEXT_OFF.into(),
-                    plugin_keys::FIXED.into(),
-                    format!("{}={}", plugin_keys::DRAFT, d.display()),
-                    format!("{}={}", plugin_keys::SHORTLIST, s.display()),
-                ],
-                Some(d),
-            )
-        })(),
-        ConfigKind::FullHeadFixed => a.draft_model.clone().and_then(|d| {
-            kolm(
-                vec![
-                    plugin_keys::PACK_OFF.into(),
-                    plugin_keys::CONTEXT_OFF.into(),
-                    plugin_keys::FIXED.into(),
-                    format!("{}={}", plugin_keys::DRAFT, d.display()),
-                    plugin_keys::FULL_HEAD.into(),
-                ],
-                Some(d),
-            )
-        }),
+        ConfigKind::Shortlist => model_only(Some(a.shortlist.clone()), false),
+        ConfigKind::ShortlistFixed => model_only(Some(a.shortlist.clone()), true),
+        ConfigKind::FullHeadFixed => model_only(None, true),
         ConfigKind::PackShortlist => (|| {
             let p = a.pack.clone()?;
             let d = a.draft_model.clone()?;
