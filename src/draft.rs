@@ -129,8 +129,6 @@ enum Source {
 
 /// Where drafted tokens come from beyond the pack and the request's n-grams: a draft model.
 pub trait TokenSource: Send {
-    /// A new request starts on `seq`.
-    fn begin(&mut self, seq: usize);
     /// The token it predicts after `history` (every token of `seq` so far, drafts included), or None.
     fn next(&mut self, seq: usize, history: &[i32]) -> Option<i32>;
     /// Measured cost per predicted token, ns (None before the first).
@@ -253,9 +251,6 @@ impl Drafter {
         s.last_ns = None;
         s.last_verified = 1;
         s.pending.clear();
-        if let Some(src) = self.source.as_mut() {
-            src.begin(seq);
-        }
     }
 
     /// Proposes up to `n_max` tokens to follow `tokens` + `id_last` into `out`; returns how many.
@@ -588,7 +583,6 @@ mod tests {
     }
 
     impl TokenSource for Counter {
-        fn begin(&mut self, _seq: usize) {}
         fn next(&mut self, _seq: usize, history: &[i32]) -> Option<i32> {
             self.calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             history.last().map(|t| t + 1)

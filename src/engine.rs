@@ -49,9 +49,7 @@ pub const DEFAULT_MARGIN: f32 = 0.5;
 
 /// `draft.gguf` → `draft.shortlist.json` beside it.
 pub fn shortlist_beside(model_path: &Path) -> PathBuf {
-    let stem = model_path.file_stem().unwrap_or_default().to_string_lossy();
-    let stem = stem.strip_suffix(".gguf").unwrap_or(&stem).to_string();
-    model_path.with_file_name(format!("{stem}.shortlist.json"))
+    beside(model_path, "shortlist.json")
 }
 
 impl Default for EngineConfig {
@@ -84,9 +82,14 @@ pub enum EngineError {
 
 /// `model.gguf` → `model.recipes.json` beside it.
 pub fn pack_beside(model_path: &Path) -> PathBuf {
+    beside(model_path, "recipes.json")
+}
+
+/// `dir/name.gguf` → `dir/name.EXT`.
+fn beside(model_path: &Path, ext: &str) -> PathBuf {
     let stem = model_path.file_stem().unwrap_or_default().to_string_lossy();
     let stem = stem.strip_suffix(".gguf").unwrap_or(&stem).to_string();
-    model_path.with_file_name(format!("{stem}.recipes.json"))
+    model_path.with_file_name(format!("{stem}.{ext}"))
 }
 
 /// `~/.cache/kolm-rsd/misses/<model stem>.jsonl`: misses stay on this machine.

@@ -134,13 +134,7 @@ pub fn measure_beta(model: &Model, name: &str, max_n: usize, threads: i32, n_pas
         kv_unified: false,
     };
     let mut ctx = Context::new(model, &opts)?;
-    let text = "The quick brown fox jumps over the lazy dog. {\"name\": \"Ann Lee\", \"age\": 42, \"tags\": [\"x\", \"y\"]}\n\
-                def add(a, b):\n    return a + b\n";
-    let mut toks = model.tokenize(text, true, false)?;
-    let seed = toks.clone();
-    while toks.len() < n_past + max_n {
-        toks.extend_from_slice(&seed);
-    }
+    let toks = filler_tokens(model, n_past + max_n)?;
     let mut batch = Batch::new(n_batch as usize, 1);
     for (i, &t) in toks[..n_past].iter().enumerate() {
         batch.add(t, i as i32, &[0], i + 1 == n_past);
@@ -186,17 +180,19 @@ pub fn one_token_ms(model: &Model, name: &str, threads: i32, n_past: usize, reps
     Ok(measure_beta(model, name, 1, threads, n_past, reps)?.t1_ms)
 }
 
+/// At least `n` tokens of mixed prose, JSON and code (the text repeated), exactly `n` long.
+fn filler_tokens(model: &Model, n: usize) -> Result<Vec<i32>, LlamaError> {
+    let text = "The quick brown fox jumps over the lazy dog. {\"name\": \"Ann Lee\", \"age\": 42, \"tags\": [\"x\", \"y\"]}\n\
+                def add(a, b):\n    return a + b\n";
+    let seed = model.tokenize(text, true, false)?;
+    Ok(seed.iter().copied().cycle().take(n).collect())
+}
+
 /// Median time of one draft-model step of the plugin's drafter (one token decoded with llama.cpp's LM
 /// head skipped, then its subset head, or full head, scored), ms, after `n_past` tokens of context.
 pub fn model_draft_step_ms(cfg: &ModelDraftConfig, n_past: usize, reps: usize) -> Result<f64, String> {
     let mut md = ModelDrafter::load(cfg).map_err(|e| e.to_string())?;
-    let text = "The quick brown fox jumps over the lazy dog. {\"name\": \"Ann Lee\", \"age\": 42}\ndef add(a, b):\n    return a + b\n";
-    let seed = md.model().tokenize(text, true, false).map_err(|e| e.to_string())?;
-    let mut hist = seed.clone();
-    while hist.len() < n_past {
-        hist.extend_from_slice(&seed);
-    }
-    hist.truncate(n_past.max(1));
+    let mut hist = filler_tokens(md.model(), n_past.max(1)).map_err(|e| e.to_string())?;
     let mut times = Vec::with_capacity(reps);
     const WARMUP: usize = 6;
     for rep in 0..reps + WARMUP {

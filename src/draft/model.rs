@@ -136,7 +136,8 @@ impl ModelDrafter {
         self.stats
     }
 
-    /// Brings `seq`'s KV cache to `history` and returns the hidden state's next token.
+    /// Brings `seq`'s KV cache to `history` (trimmed to the common prefix, so a new request sharing the
+    /// system prompt reuses it) and returns the hidden state's next token.
     fn predict(&mut self, seq: usize, history: &[i32]) -> Result<Option<i32>, LlamaError> {
         let Some(kv) = self.seqs.get_mut(seq) else { return Ok(None) };
         if history.is_empty() {
@@ -186,10 +187,6 @@ impl ModelDrafter {
 }
 
 impl TokenSource for ModelDrafter {
-    /// Nothing to do: a new request usually shares a prefix (the system prompt) with the last one, so
-    /// the cache is kept and `next` trims it to the common prefix.
-    fn begin(&mut self, _seq: usize) {}
-
     fn next(&mut self, seq: usize, history: &[i32]) -> Option<i32> {
         let t0 = Instant::now();
         let r = self.predict(seq, history);
