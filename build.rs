@@ -190,7 +190,9 @@ fn fetch_sdist(lock: &Lock) -> PathBuf {
     if !file.exists() || sha256_file(&file) != lock.sha256 {
         let spec = format!("{}=={}", lock.package, lock.version);
         let status = Command::new(python())
-            .args(["-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "--no-build-isolation", "-q"])
+            // Only this package as source; its build backend (needed to read the sdist's metadata) comes
+            // as a wheel into pip's isolated build environment, so nothing has to be installed beforehand.
+            .args(["-m", "pip", "download", "--no-deps", "--no-binary", &lock.package, "-q"])
             .arg(&spec)
             .arg("-d")
             .arg(&dir)
