@@ -3,9 +3,9 @@
 //! API (no backend-specific code: CPU here, CUDA/Metal wherever libggml was built with them).
 //!
 //! Also here: the margin fallback ([`needs_full_head`]) and a certificate that the subset argmax is the
-//! full argmax ([`RowStats`], [`OutsideBound`]): for a row j outside the set assigned to centroid c,
-//! `w_j·h = c·h + (w_j − c)·h ≤ c·h + ‖w_j − c‖·‖h‖` (Cauchy–Schwarz; the head has no bias). The largest
-//! such bound over the outside rows, if below the subset's top logit, proves no outside row wins.
+//! full argmax ([`certify`]): a bound on every outside row's logit from a projection onto a few principal
+//! directions of the hidden states plus a residual ([`ProjectedBound`]), and exact rescoring of the few
+//! rows that bound cannot exclude.
 
 use crate::llama::{init, sys, GgufFile, TensorInfo};
 use std::os::unix::fs::FileExt;
@@ -343,159 +343,332 @@ pub fn needs_full_head(subset_logits: &[f32], threshold: f32) -> bool {
     a - b < threshold
 }
 
-/// Per-row facts of a whole head, computed once: norms, and each row's nearest of K centroids with the
-/// distance to it. Centroids come from a few k-means rounds on a sample of rows.
-pub struct RowStats {
-    pub n_embd: usize,
-    pub norms: Vec<f32>,
-    pub centroids: Vec<f32>,
-    pub cluster: Vec<u32>,
-    pub radius: Vec<f32>,
+/// The whole head in memory in its quantized type (q8_0: 1.06 bytes a weight), for exact logits of single
+/// rows: the certificate rescores a different handful of rows at every position, too scattered to read
+/// from the file each time.
+pub struct HeadRows {
+    pub info: HeadInfo,
+    raw: Vec<u8>,
 }
 
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut acc = [0f32; 8];
-    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
-    let (ra, rb) = (ca.remainder(), cb.remainder());
+impl HeadRows {
+    pub fn read(info: HeadInfo) -> Result<HeadRows, HeadError> {
+        let raw = info.read_rows(&(0..info.n_vocab as u32).collect::<Vec<_>>())?;
+        Ok(HeadRows { info, raw })
+    }
+
+    /// Rows `start..end`, dequantized by ggml (`to_float`).
+    pub fn dequantized(&self, start: usize, end: usize) -> Vec<f32> {
+        let rb = self.info.row_bytes;
+        self.info.dequantize(&self.raw[start * rb..end * rb])
+    }
+
+    /// The exact logit of row `j` for hidden state `h`: [`exact_dot`] of the dequantized row.
+    pub fn exact_logit(&self, j: usize, h: &[f32]) -> f64 {
+        exact_dot(&self.dequantized(j, j + 1), h)
+    }
+}
+
+/// Dot product in f64 of two f32 vectors: every product is exact (24 + 24 bits fit in 53), only the sum
+/// rounds, by about n·2⁻⁵³ of the sum of |products| (≈ 1e-11 on these logits).
+pub fn exact_dot(w: &[f32], h: &[f32]) -> f64 {
+    dot_with(w, h)
+}
+
+fn dot_f64(a: &[f64], b: &[f64]) -> f64 {
+    dot_with(a, b)
+}
+
+/// Σ a_i·b_i in f64, in four interleaved partial sums so that the compiler vectorizes it.
+fn dot_with<A: Copy + Into<f64>, B: Copy + Into<f64>>(a: &[A], b: &[B]) -> f64 {
+    let (ca, cb) = (a.chunks_exact(4), b.chunks_exact(4));
+    let tail: f64 = ca.remainder().iter().zip(cb.remainder()).map(|(&x, &y)| x.into() * y.into()).sum();
+    let mut acc = [0f64; 4];
     for (x, y) in ca.zip(cb) {
-        for k in 0..8 {
-            acc[k] += x[k] * y[k];
+        for k in 0..4 {
+            acc[k] += x[k].into() * y[k].into();
         }
     }
-    let tail: f32 = ra.iter().zip(rb).map(|(x, y)| x * y).sum();
-    acc.iter().sum::<f32>() + tail
+    acc[0] + acc[1] + acc[2] + acc[3] + tail
 }
 
-fn dist_f64(a: &[f32], b: &[f32]) -> f64 {
-    a.iter().zip(b).map(|(&x, &y)| (x as f64 - y as f64).powi(2)).sum::<f64>().sqrt()
-}
-
-impl RowStats {
-    /// Reads every row of the head once (`progress(rows done)`), in blocks.
-    pub fn compute(info: &HeadInfo, k: usize, sample: usize, seed: u64, mut progress: impl FnMut(usize)) -> Result<RowStats, HeadError> {
-        let d = info.n_embd;
-        let n = info.n_vocab;
-        let mut rng = fastrand::Rng::with_seed(seed);
-        // k-means on a sample.
-        let mut sample_ids: Vec<u32> = (0..sample.min(n)).map(|_| rng.u32(0..n as u32)).collect();
-        sample_ids.sort_unstable();
-        sample_ids.dedup();
-        let xs = info.dequantize(&info.read_rows(&sample_ids)?);
-        let s = sample_ids.len();
-        let k = k.clamp(1, s);
-        let mut cents: Vec<f32> = (0..k).flat_map(|i| xs[(i * s / k) * d..(i * s / k + 1) * d].to_vec()).collect();
-        let half_norms = |cents: &[f32]| -> Vec<f32> { cents.chunks_exact(d).map(|c| 0.5 * dot(c, c)).collect() };
-        let nearest = |x: &[f32], cents: &[f32], hn: &[f32]| -> usize {
-            // argmin ‖x − c‖² = argmax (x·c − ‖c‖²/2)
-            let mut best = (f32::NEG_INFINITY, 0usize);
-            for (j, c) in cents.chunks_exact(d).enumerate() {
-                let v = dot(x, c) - hn[j];
-                if v > best.0 {
-                    best = (v, j);
+/// Modified Gram–Schmidt over the rows of `q` (d values each), run twice ("twice is enough" for
+/// orthogonality to rounding). A row that is numerically in the span of the earlier ones (a sample of
+/// rank below the block size) is replaced by a random one, so the result is always orthonormal.
+fn orthonormalize(q: &mut [f64], d: usize, rng: &mut fastrand::Rng) {
+    for i in 0..q.len() / d {
+        let (done, rest) = q.split_at_mut(i * d);
+        let qi = &mut rest[..d];
+        loop {
+            let before = dot_f64(qi, qi).sqrt();
+            for _ in 0..2 {
+                for qj in done.chunks_exact(d) {
+                    let p = dot_f64(qi, qj);
+                    qi.iter_mut().zip(qj).for_each(|(a, &b)| *a -= p * b);
                 }
             }
-            best.1
-        };
-        for _ in 0..4 {
-            let mut sum = vec![0f64; k * d];
-            let mut cnt = vec![0usize; k];
-            let hn = half_norms(&cents);
-            for x in xs.chunks_exact(d) {
-                let j = nearest(x, &cents, &hn);
-                cnt[j] += 1;
-                for (s, &v) in sum[j * d..(j + 1) * d].iter_mut().zip(x) {
-                    *s += v as f64;
-                }
+            let n = dot_f64(qi, qi).sqrt();
+            if n > 0.0 && n > 1e-10 * before {
+                qi.iter_mut().for_each(|a| *a /= n);
+                break;
             }
-            for j in 0..k {
-                if cnt[j] > 0 {
-                    for t in 0..d {
-                        cents[j * d + t] = (sum[j * d + t] / cnt[j] as f64) as f32;
-                    }
-                }
-            }
+            qi.iter_mut().for_each(|a| *a = rng.f64() - 0.5);
         }
-        // Every row: norm, nearest centroid, distance.
-        let mut norms = Vec::with_capacity(n);
-        let mut cluster = Vec::with_capacity(n);
-        let mut radius = Vec::with_capacity(n);
-        let block = 2048;
-        let hn = half_norms(&cents);
-        for start in (0..n).step_by(block) {
-            let ids: Vec<u32> = (start as u32..(start + block).min(n) as u32).collect();
-            let rows = info.dequantize(&info.read_rows(&ids)?);
-            for x in rows.chunks_exact(d) {
-                let j = nearest(x, &cents, &hn);
-                norms.push(x.iter().map(|&v| (v as f64).powi(2)).sum::<f64>().sqrt() as f32);
-                cluster.push(j as u32);
-                radius.push(dist_f64(x, &cents[j * d..(j + 1) * d]) as f32);
-            }
-            progress(start + ids.len());
-        }
-        Ok(RowStats { n_embd: d, norms, centroids: cents, cluster, radius })
     }
 }
 
-/// Upper bounds on the logits of every row outside a set, for any hidden state.
-pub struct OutsideBound {
+/// Eigen-decomposition of a small symmetric n × n matrix (row-major) by cyclic Jacobi rotations, to
+/// rounding: the eigenvalues, and V (row-major) whose column c is the unit eigenvector of value c.
+fn jacobi_eigen(mut a: Vec<f64>, n: usize) -> (Vec<f64>, Vec<f64>) {
+    let mut v = vec![0f64; n * n];
+    (0..n).for_each(|i| v[i * n + i] = 1.0);
+    let total: f64 = a.iter().map(|x| x * x).sum();
+    for _sweep in 0..64 {
+        let off: f64 = (0..n).map(|p| (p + 1..n).map(|q| a[p * n + q] * a[p * n + q]).sum::<f64>()).sum();
+        if off <= 1e-30 * total {
+            break;
+        }
+        for p in 0..n {
+            for q in p + 1..n {
+                let apq = a[p * n + q];
+                if apq == 0.0 {
+                    continue;
+                }
+                // The rotation by φ in the (p, q) plane with tan φ = t zeroes a[p][q] (t² + 2θt = 1,
+                // the smaller root, so |φ| ≤ π/4).
+                let theta = (a[q * n + q] - a[p * n + p]) / (2.0 * apq);
+                let t = if theta.abs() > 1e100 { 0.5 / theta } else { theta.signum() / (theta.abs() + (theta * theta + 1.0).sqrt()) };
+                let c = 1.0 / (t * t + 1.0).sqrt();
+                let s = t * c;
+                for k in 0..n {
+                    let (kp, kq) = (a[k * n + p], a[k * n + q]);
+                    a[k * n + p] = c * kp - s * kq;
+                    a[k * n + q] = s * kp + c * kq;
+                }
+                for k in 0..n {
+                    let (pk, qk) = (a[p * n + k], a[q * n + k]);
+                    a[p * n + k] = c * pk - s * qk;
+                    a[q * n + k] = s * pk + c * qk;
+                }
+                for k in 0..n {
+                    let (kp, kq) = (v[k * n + p], v[k * n + q]);
+                    v[k * n + p] = c * kp - s * kq;
+                    v[k * n + q] = s * kp + c * kq;
+                }
+            }
+        }
+    }
+    ((0..n).map(|i| a[i * n + i]).collect(), v)
+}
+
+/// Each row of `q` (d values) times the symmetric d × d matrix `m`.
+fn mul_rows(m: &[f64], q: &[f64], d: usize) -> Vec<f64> {
+    q.chunks_exact(d).flat_map(|x| m.chunks_exact(d).map(move |mrow| dot_f64(mrow, x))).collect()
+}
+
+/// The top `r` principal directions of `samples` (n vectors of d values, one after another) without
+/// centring, i.e. the leading eigenvectors of the second moment Σ x xᵀ: r orthonormal rows of d values,
+/// largest eigenvalue first. Uncentred because the bound needs the directions that hold most of ‖h‖²,
+/// mean included. Block subspace iteration (r + 8 vectors, re-orthonormalized at every step, until the
+/// captured energy stops growing), then Rayleigh–Ritz with Jacobi on the small projected matrix. Written
+/// here rather than taken from a linear-algebra crate: it is short, and only this needs one. Any
+/// orthonormal rows keep [`ProjectedBound`] exact; accuracy here only makes it tighter.
+pub fn principal_directions(samples: &[f32], d: usize, r: usize) -> Vec<f64> {
+    let r = r.min(d);
+    let mut m = vec![0f64; d * d];
+    for x in samples.chunks_exact(d) {
+        for i in 0..d {
+            let xi = x[i] as f64;
+            m[i * d + i..(i + 1) * d].iter_mut().zip(&x[i..]).for_each(|(mij, &xj)| *mij += xi * xj as f64);
+        }
+    }
+    for i in 0..d {
+        for j in 0..i {
+            m[i * d + j] = m[j * d + i];
+        }
+    }
+    let k = (r + 8).min(d);
+    let mut rng = fastrand::Rng::with_seed(0x6b6f6c6d);
+    let mut q: Vec<f64> = (0..k * d).map(|_| rng.f64() - 0.5).collect();
+    orthonormalize(&mut q, d, &mut rng);
+    let mut energy = f64::NEG_INFINITY;
+    for _ in 0..500 {
+        let z = mul_rows(&m, &q, d);
+        let e: f64 = q.chunks_exact(d).zip(z.chunks_exact(d)).map(|(a, b)| dot_f64(a, b)).sum();
+        q = z;
+        orthonormalize(&mut q, d, &mut rng);
+        if (e - energy).abs() <= 1e-13 * e.abs() {
+            break;
+        }
+        energy = e;
+    }
+    let z = mul_rows(&m, &q, d);
+    let mut t = vec![0f64; k * k];
+    for i in 0..k {
+        for j in 0..k {
+            t[i * k + j] = 0.5 * (dot_f64(&q[i * d..(i + 1) * d], &z[j * d..(j + 1) * d]) + dot_f64(&q[j * d..(j + 1) * d], &z[i * d..(i + 1) * d]));
+        }
+    }
+    let (vals, vecs) = jacobi_eigen(t, k);
+    let mut order: Vec<usize> = (0..k).collect();
+    order.sort_by(|&x, &y| vals[y].total_cmp(&vals[x]));
+    let mut u = vec![0f64; r * d];
+    for (ui, &c) in u.chunks_exact_mut(d).zip(&order[..r]) {
+        for (l, ql) in q.chunks_exact(d).enumerate() {
+            let w = vecs[l * k + c];
+            ui.iter_mut().zip(ql).for_each(|(a, &b)| *a += w * b);
+        }
+    }
+    orthonormalize(&mut u, d, &mut rng);
+    u
+}
+
+/// A hidden state seen through a [`ProjectedBound`]'s directions: b = U h, ‖b‖, ρ = ‖h − Uᵀb‖.
+pub struct Projection {
+    b: Vec<f64>,
+    b_norm: f64,
+    rho: f64,
+}
+
+impl Projection {
+    /// ρ, the norm of the part of h outside the directions.
+    pub fn residual_norm(&self) -> f64 {
+        self.rho
+    }
+}
+
+/// Upper bounds on the logit of every head row for any hidden state, from r directions U (orthonormal
+/// rows, [`principal_directions`] of sample hidden states). Per row j: a_j = U w_j (stored f32), the
+/// residual r_j = w_j − Uᵀa_j and e_j = ‖r_j‖; per hidden state: b = U h, ρ = ‖h − Uᵀb‖. Then exactly
+///
+///   w_j·h = a_j·b + (U r_j)·b + r_j·(h − Uᵀb) ≤ a_j·b + γ·‖b‖ + e_j·ρ      (Cauchy–Schwarz twice)
+///
+/// with γ = max_j ‖U r_j‖, which would be 0 for exact a_j and is what rounding a_j to f32 leaves (≈1e-7):
+/// no orthonormality is assumed. When h's energy sits in the r directions (the final hidden state's few
+/// large outlier dimensions put it there), ρ ≪ ‖h‖ and the bound is far tighter than ‖w_j‖·‖h‖; it costs
+/// r multiply-adds per row instead of n_embd. Arithmetic in f64 (see [`exact_dot`] for its rounding).
+pub struct ProjectedBound {
     n_embd: usize,
-    /// Largest norm of an outside row.
-    max_norm: f64,
-    /// Centroids that have outside rows, and the largest distance of one of those rows to it.
-    centroids: Vec<f32>,
-    radius: Vec<f64>,
+    r: usize,
+    u: Vec<f64>,
+    /// U Uᵀ (r × r), ≈ I; for e_j and U r_j without forming r_j.
+    g: Vec<f64>,
+    a: Vec<f32>,
+    e: Vec<f64>,
+    gamma: f64,
 }
 
-/// The two bounds of one hidden state (see [`OutsideBound::bound`]).
-#[derive(Clone, Copy, Debug)]
-pub struct Bounds {
-    /// max over outside rows of ‖w_j‖·‖h‖.
-    pub norm: f64,
-    /// max over clusters of c·h + r·‖h‖.
-    pub cluster: f64,
+impl ProjectedBound {
+    /// For directions `u` (r rows of `n_embd`), no head rows yet.
+    pub fn new(u: Vec<f64>, n_embd: usize) -> ProjectedBound {
+        assert!(n_embd > 0 && !u.is_empty() && u.len().is_multiple_of(n_embd), "directions must be one or more rows of n_embd values");
+        let r = u.len() / n_embd;
+        let g = (0..r * r).map(|x| dot_f64(&u[x / r * n_embd..(x / r + 1) * n_embd], &u[x % r * n_embd..(x % r + 1) * n_embd])).collect();
+        ProjectedBound { n_embd, r, u, g, a: Vec::new(), e: Vec::new(), gamma: 0.0 }
+    }
+
+    /// The bound over a whole head: every row, in blocks (`progress(rows done)`).
+    pub fn of_head(head: &HeadRows, u: Vec<f64>, mut progress: impl FnMut(usize)) -> ProjectedBound {
+        let mut pb = ProjectedBound::new(u, head.info.n_embd);
+        let n = head.info.n_vocab;
+        for start in (0..n).step_by(4096) {
+            let end = (start + 4096).min(n);
+            pb.add_rows(&head.dequantized(start, end));
+            progress(end);
+        }
+        pb
+    }
+
+    /// Appends rows (dequantized, `n_embd` values each) as the next ids.
+    pub fn add_rows(&mut self, rows: &[f32]) {
+        let (d, r) = (self.n_embd, self.r);
+        let mut ax = vec![0f64; r];
+        for w in rows.chunks_exact(d) {
+            // a_x = U w in f64, a = a_x rounded to f32. With G = U Uᵀ:
+            //   ‖r_j‖² = ‖w‖² − 2 a·a_x + aᵀ G a,   U r_j = a_x − G a.
+            for (x, ui) in ax.iter_mut().zip(self.u.chunks_exact(d)) {
+                *x = dot_with(ui, w);
+            }
+            let a: Vec<f64> = ax.iter().map(|&x| x as f32 as f64).collect();
+            let ww = exact_dot(w, w);
+            let mut aga = 0f64;
+            let mut c2 = 0f64;
+            for (i, gi) in self.g.chunks_exact(r).enumerate() {
+                let ga = dot_f64(gi, &a);
+                aga += a[i] * ga;
+                c2 += (ax[i] - ga) * (ax[i] - ga);
+            }
+            // The 1e-12·‖w‖² covers the cancellation in ‖r_j‖² (rounding of r + r² terms of size ‖w‖²,
+            // ≈1e-13·‖w‖² here), so e_j is never below the true residual norm.
+            let e2 = ww - 2.0 * dot_f64(&a, &ax) + aga;
+            self.e.push((e2.max(0.0) + 1e-12 * ww).sqrt());
+            self.gamma = self.gamma.max(c2.sqrt() * (1.0 + 1e-6));
+            self.a.extend(a.iter().map(|&x| x as f32));
+        }
+    }
+
+    /// Number of directions r.
+    pub fn dims(&self) -> usize {
+        self.r
+    }
+
+    /// Number of head rows bounded.
+    pub fn len(&self) -> usize {
+        self.e.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.e.is_empty()
+    }
+
+    pub fn project(&self, h: &[f32]) -> Projection {
+        let d = self.n_embd;
+        assert_eq!(h.len(), d, "hidden state must have n_embd values");
+        let b: Vec<f64> = self.u.chunks_exact(d).map(|ui| dot_with(ui, h)).collect();
+        let mut res: Vec<f64> = h.iter().map(|&x| x as f64).collect();
+        for (ui, &bi) in self.u.chunks_exact(d).zip(&b) {
+            res.iter_mut().zip(ui).for_each(|(x, &p)| *x -= bi * p);
+        }
+        Projection { b_norm: dot_f64(&b, &b).sqrt(), rho: dot_f64(&res, &res).sqrt(), b }
+    }
+
+    /// The bound on row `j`'s exact logit w_j·h (≥ [`exact_dot`] of the row with h).
+    pub fn bound(&self, j: usize, p: &Projection) -> f64 {
+        dot_with(&self.a[j * self.r..(j + 1) * self.r], &p.b) + self.e[j] * p.rho + self.gamma * p.b_norm
+    }
 }
 
-impl OutsideBound {
-    /// `inset[id]` is true for ids in the set.
-    pub fn new(stats: &RowStats, inset: &[bool]) -> OutsideBound {
-        let d = stats.n_embd;
-        let k = stats.centroids.len() / d;
-        let mut rad = vec![f64::NEG_INFINITY; k];
-        let mut max_norm = 0f64;
-        for (id, &inside) in inset.iter().enumerate() {
-            if !inside {
-                max_norm = max_norm.max(stats.norms[id] as f64);
-                let c = stats.cluster[id] as usize;
-                rad[c] = rad[c].max(stats.radius[id] as f64);
+/// What the certificate found at one position.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Verdict {
+    /// Outside rows whose bound did not exclude them (rescored exactly, until one failed).
+    pub open: usize,
+    /// No outside row can beat the subset's top logit in the kernel's arithmetic.
+    pub certified: bool,
+}
+
+/// Certifies that no row in `outside` beats the subset's top logit `top1`, which is the kernel's (ggml's
+/// mul_mat, bit-identical to llama.cpp's full head on the same rows). `slack` bounds |kernel − exact| for
+/// any row (ggml rounds h to 8-bit blocks; measured ≤ 0.434 on SmolLM2, docs/shortlist.md), so an outside
+/// row with exact logit x_j has kernel logit ≤ x_j + slack and cannot reach `top1` when
+/// x_j + slack < top1. Its projected bound B_j ≥ x_j settles that without x_j when B_j < top1 − slack;
+/// the rest are open and are rescored exactly with `exact(j)` (f64, dequantized row). Certified iff every
+/// outside row passes; the strict inequality on the far side of the slack means kernel-vs-exact
+/// differences up to `slack` cannot turn a certified position into a wrong one. After the first open row
+/// that fails, the remaining open rows are only counted, not rescored.
+pub fn certify(pb: &ProjectedBound, outside: &[u32], h: &[f32], top1: f32, slack: f32, mut exact: impl FnMut(u32) -> f64) -> Verdict {
+    let p = pb.project(h);
+    let t = top1 as f64 - slack as f64;
+    let mut v = Verdict { open: 0, certified: true };
+    for &j in outside {
+        if pb.bound(j as usize, &p) >= t {
+            v.open += 1;
+            if v.certified && exact(j) >= t {
+                v.certified = false;
             }
         }
-        let mut centroids = Vec::new();
-        let mut radius = Vec::new();
-        for (c, &r) in stats.centroids.chunks_exact(d).zip(&rad) {
-            if r > f64::NEG_INFINITY {
-                centroids.extend_from_slice(c);
-                radius.push(r);
-            }
-        }
-        OutsideBound { n_embd: d, max_norm, centroids, radius }
     }
-
-    /// Bounds on max_j∉set w_j·h in exact arithmetic (f64): the norm bound and the cluster bound.
-    pub fn bound(&self, h: &[f32]) -> Bounds {
-        let hn = h.iter().map(|&v| (v as f64).powi(2)).sum::<f64>().sqrt();
-        let mut cl = f64::NEG_INFINITY;
-        for (c, &r) in self.centroids.chunks_exact(self.n_embd).zip(&self.radius) {
-            let ch: f64 = c.iter().zip(h).map(|(&a, &b)| a as f64 * b as f64).sum();
-            cl = cl.max(ch + r * hn);
-        }
-        Bounds { norm: self.max_norm * hn, cluster: cl }
-    }
-
-    /// True when the subset's top logit beats every outside row: `top1 − slack > bound`. `slack` covers
-    /// the difference between computed and exact logits (activation quantization of the kernels).
-    pub fn certifies(bound: f64, subset_top1: f32, slack: f32) -> bool {
-        (subset_top1 - slack) as f64 > bound
-    }
+    v
 }
 
 #[cfg(test)]
@@ -509,11 +682,123 @@ mod tests {
         assert!(!needs_full_head(&[1.0, 5.0, 4.5], 0.5));
     }
 
+    /// Householder reflection I − 2vvᵀ/‖v‖²: symmetric and orthogonal, so its rows are orthonormal.
+    fn householder(d: usize) -> Vec<f64> {
+        let v: Vec<f64> = (0..d).map(|i| 1.0 + (i as f64 * 0.7).sin()).collect();
+        let vv = dot_f64(&v, &v);
+        (0..d * d).map(|x| (x / d == x % d) as u8 as f64 - 2.0 * v[x / d] * v[x % d] / vv).collect()
+    }
+
     #[test]
-    fn dot_matches_naive() {
-        let a: Vec<f32> = (0..21).map(|i| i as f32 * 0.5).collect();
-        let b: Vec<f32> = (0..21).map(|i| 1.0 - i as f32 * 0.1).collect();
-        let naive: f32 = a.iter().zip(&b).map(|(x, y)| x * y).sum();
-        assert!((dot(&a, &b) - naive).abs() < 1e-3);
+    fn principal_directions_find_known_eigenvectors() {
+        // Samples sqrt(λ_k)·q_k make Σ x xᵀ = Σ λ_k q_k q_kᵀ: eigenvectors q_k, eigenvalues λ_k.
+        let d = 12;
+        let q = householder(d);
+        let lambda: Vec<f64> = (0..d).map(|k| 100.0 * 0.6f64.powi(k as i32)).collect();
+        let samples: Vec<f32> = (0..d).flat_map(|k| q[k * d..(k + 1) * d].iter().map(|&x| (lambda[k].sqrt() * x) as f32).collect::<Vec<_>>()).collect();
+        let u = principal_directions(&samples, d, 3);
+        assert_eq!(u.len(), 3 * d);
+        for i in 0..3 {
+            let ui = &u[i * d..(i + 1) * d];
+            // Same direction as q_i, up to sign and the f32 rounding of the samples.
+            let c = dot_f64(ui, &q[i * d..(i + 1) * d]).abs();
+            assert!(c > 1.0 - 1e-6, "direction {i}: |cos| = {c}");
+            for j in 0..3 {
+                let g = dot_f64(ui, &u[j * d..(j + 1) * d]);
+                assert!((g - (i == j) as u8 as f64).abs() < 1e-12, "u{i}·u{j} = {g}");
+            }
+        }
+        // r > d is clamped to d, and still orthonormal.
+        assert_eq!(principal_directions(&samples, d, 40).len(), d * d);
+    }
+
+    #[test]
+    fn principal_directions_capture_what_naive_power_iteration_does() {
+        // Oracle: one vector at a time, plain power iteration on M with the found ones deflated.
+        let (d, n, r) = (20, 60, 4);
+        let mut rng = fastrand::Rng::with_seed(7);
+        let scale: Vec<f32> = (0..d).map(|i| 1.0 + 8.0 / (1.0 + i as f32)).collect();
+        let samples: Vec<f32> = (0..n * d).map(|x| (rng.f32() - 0.3) * scale[x % d]).collect();
+        let mut m = vec![0f64; d * d];
+        for x in samples.chunks_exact(d) {
+            for i in 0..d {
+                for j in 0..d {
+                    m[i * d + j] += x[i] as f64 * x[j] as f64;
+                }
+            }
+        }
+        let rayleigh = |u: &[f64]| dot_f64(u, &mul_rows(&m, u, d));
+        let mut oracle: Vec<Vec<f64>> = Vec::new();
+        for _ in 0..r {
+            let mut v: Vec<f64> = (0..d).map(|i| 1.0 + i as f64).collect();
+            for _ in 0..5000 {
+                let mut w = mul_rows(&m, &v, d);
+                for o in &oracle {
+                    let p = dot_f64(&w, o);
+                    w.iter_mut().zip(o).for_each(|(a, &b)| *a -= p * b);
+                }
+                let nw = dot_f64(&w, &w).sqrt();
+                v = w.iter().map(|x| x / nw).collect();
+            }
+            oracle.push(v);
+        }
+        let u = principal_directions(&samples, d, r);
+        for (i, o) in oracle.iter().enumerate() {
+            let (ours, theirs) = (rayleigh(&u[i * d..(i + 1) * d]), rayleigh(o));
+            assert!((ours - theirs).abs() <= 1e-9 * theirs, "eigenvalue {i}: {ours} vs oracle {theirs}");
+            let c = dot_f64(&u[i * d..(i + 1) * d], o).abs();
+            assert!(c > 1.0 - 1e-8, "direction {i}: |cos| with the oracle = {c}");
+        }
+    }
+
+    #[test]
+    fn projected_bound_is_an_upper_bound_and_tight_inside_the_directions() {
+        let (d, rows, r) = (24, 50, 5);
+        let mut rng = fastrand::Rng::with_seed(3);
+        let w: Vec<f32> = (0..rows * d).map(|_| rng.f32() * 2.0 - 1.0).collect();
+        let hs: Vec<f32> = (0..40 * d).map(|x| (rng.f32() - 0.5) * if x % d < 3 { 30.0 } else { 1.0 }).collect();
+        let mut pb = ProjectedBound::new(principal_directions(&hs, d, r), d);
+        pb.add_rows(&w[..20 * d]);
+        pb.add_rows(&w[20 * d..]);
+        assert_eq!((pb.len(), pb.dims()), (rows, r));
+        for h in hs.chunks_exact(d) {
+            let p = pb.project(h);
+            for j in 0..rows {
+                let x = exact_dot(&w[j * d..(j + 1) * d], h);
+                assert!(pb.bound(j, &p) >= x, "row {j}: bound {} < exact {x}", pb.bound(j, &p));
+            }
+        }
+        // A hidden state inside the directions: ρ ≈ 0 and the bound is the logit, up to γ‖b‖ and rounding.
+        let h: Vec<f32> = pb.u[..d].iter().zip(&pb.u[d..2 * d]).map(|(a, b)| (3.0 * a - 2.0 * b) as f32).collect();
+        let p = pb.project(&h);
+        assert!(p.residual_norm() < 1e-6, "ρ = {}", p.residual_norm());
+        for j in 0..rows {
+            let x = exact_dot(&w[j * d..(j + 1) * d], &h);
+            assert!(pb.bound(j, &p) - x < 1e-4, "row {j}: bound {} vs exact {x}", pb.bound(j, &p));
+        }
+    }
+
+    #[test]
+    fn certify_excludes_by_bound_rescoring_or_not_at_all() {
+        let d = 4;
+        // U = the first two axes; rows 0..3 and h chosen so every case happens.
+        let u = vec![1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0];
+        let mut pb = ProjectedBound::new(u, d);
+        pb.add_rows(&[
+            1.0, 0.0, 0.0, 0.0, // exact 5, bound 5
+            0.0, 0.0, 1.0, 0.0, // exact 0, bound ‖r‖·ρ = 1·1 = 1
+            0.0, 0.0, 4.0, 0.0, // exact 0, bound 4
+            0.0, 0.0, 0.0, 4.0, // exact 4, bound 4
+        ]);
+        let h = [5.0, 0.0, 0.0, 1.0];
+        let exact = |j: u32| [5.0, 0.0, 0.0, 4.0][j as usize];
+        // top1 10: every bound is below 10 − 0.5.
+        assert_eq!(certify(&pb, &[0, 1, 2, 3], &h, 10.0, 0.5, exact), Verdict { open: 0, certified: true });
+        // top1 4: rows 2 and 3 are open (bound 4 ≥ 3.5); row 2's exact 0 + 0.5 < 4, row 3's 4 + 0.5 is not.
+        assert_eq!(certify(&pb, &[1, 2], &h, 4.0, 0.5, exact), Verdict { open: 1, certified: true });
+        assert_eq!(certify(&pb, &[1, 2, 3], &h, 4.0, 0.5, exact), Verdict { open: 2, certified: false });
+        // An outside row within the slack of top1 is never certified away.
+        assert!(!certify(&pb, &[3], &h, 4.4, 0.5, exact).certified);
+        assert!(certify(&pb, &[3], &h, 4.6, 0.5, exact).certified);
     }
 }

@@ -1,11 +1,11 @@
 //! Static shortlists and the subset head on the real SmolLM2-135M: subset logits against llama.cpp's full
-//! head and against an exact (f64, dequantized-rows) reference, the id map, the certification bound, and
-//! hostile shortlist/histogram files.
+//! head and against an exact (f64, dequantized-rows) reference, the id map, the certificate (projected
+//! bound and exact rescoring), and hostile shortlist/histogram files.
 
 mod common;
 
 use kolm_rsd::compile::templated;
-use kolm_rsd::head::{top2, HeadInfo, HeadOptions, OutsideBound, RowStats, SubsetHead};
+use kolm_rsd::head::{certify, exact_dot, principal_directions, top2, HeadInfo, HeadOptions, HeadRows, ProjectedBound, SubsetHead};
 use kolm_rsd::llama::{self, Model, ModelOptions};
 use kolm_rsd::pack::write_atomic;
 use kolm_rsd::engine::model_fingerprint;
@@ -122,32 +122,131 @@ fn id_map_round_trips() {
     assert_eq!(rows.iter().filter(|r| r.is_some()).count(), s.len());
 }
 
-#[test]
-fn outside_bound_holds_and_margin_fallback_is_exact() {
-    let f = fixture();
-    let path = common::smol();
-    let info = HeadInfo::open(&path).unwrap();
-    let stats = RowStats::compute(&info, 16, 4096, 1, |_| {}).unwrap();
-    let n = info.n_vocab;
-    let ids: Vec<u32> = some_ids(f);
+/// The certificate's setting on the fixture, as `shortlist report` builds it: the whole head in memory,
+/// for each half of the positions a projected bound whose 32 directions are fitted on the other half, and
+/// the exact logit of every row at every position (the oracle).
+struct Cert {
+    rows: HeadRows,
+    half: usize,
+    bounds: [ProjectedBound; 2],
+    exact: Vec<f64>,
+}
+
+fn cert() -> &'static Cert {
+    static C: OnceLock<Cert> = OnceLock::new();
+    C.get_or_init(|| {
+        let f = fixture();
+        let rows = HeadRows::read(HeadInfo::open(&common::smol()).unwrap()).unwrap();
+        let (n, d) = (rows.info.n_vocab, rows.info.n_embd);
+        let h = hidden_block(f);
+        let half = f.positions.len() / 2;
+        let fit = |r: std::ops::Range<usize>| ProjectedBound::of_head(&rows, principal_directions(&h[r.start * d..r.end * d], d, 32), |_| {});
+        let bounds = [fit(half..f.positions.len()), fit(0..half)];
+        let full = rows.dequantized(0, n);
+        let exact = h.chunks_exact(d).flat_map(|hp| full.chunks_exact(d).map(|w| exact_dot(w, hp)).collect::<Vec<_>>()).collect();
+        Cert { rows, half, bounds, exact }
+    })
+}
+
+fn outside_of(ids: &[u32], n: usize) -> Vec<u32> {
     let mut inset = vec![false; n];
-    for &i in &ids {
+    for &i in ids {
         inset[i as usize] = true;
     }
-    let bound = OutsideBound::new(&stats, &inset);
-    let all: Vec<u32> = (0..n as u32).collect();
-    let full = info.dequantize(&info.read_rows(&all).unwrap());
-    let d = info.n_embd;
-    for (_, h) in f.positions.iter().step_by(4) {
-        let exact_out = (0..n)
-            .filter(|&j| !inset[j])
-            .map(|j| full[j * d..(j + 1) * d].iter().zip(h).map(|(&w, &x)| w as f64 * x as f64).sum::<f64>())
-            .fold(f64::NEG_INFINITY, f64::max);
-        let b = bound.bound(h);
-        assert!(b.norm >= exact_out - 1e-6, "norm bound {} < outside max {exact_out}", b.norm);
-        assert!(b.cluster >= exact_out - 1e-6, "cluster bound {} < outside max {exact_out}", b.cluster);
+    (0..n as u32).filter(|&j| !inset[j as usize]).collect()
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+#[test]
+fn projected_bound_holds_on_every_outside_row() {
+    let f = fixture();
+    let c = cert();
+    let n = c.rows.info.n_vocab;
+    let outside = outside_of(&some_ids(f), n);
+    let norms: Vec<f64> = (0..n).map(|j| c.rows.dequantized(j, j + 1)).map(|w| exact_dot(&w, &w).sqrt()).collect();
+    let (mut rho_share, mut gap_proj, mut gap_norm) = (Vec::new(), Vec::new(), Vec::new());
+    for (pos, (_, h)) in f.positions.iter().enumerate() {
+        let pb = &c.bounds[(pos >= c.half) as usize];
+        let p = pb.project(h);
+        let hn = exact_dot(h, h).sqrt();
+        let exact = &c.exact[pos * n..(pos + 1) * n];
+        let (mut max_exact, mut max_bound, mut max_norm) = (f64::NEG_INFINITY, f64::NEG_INFINITY, 0f64);
+        for &j in &outside {
+            let (x, b) = (exact[j as usize], pb.bound(j as usize, &p));
+            assert!(b >= x, "position {pos}, row {j}: bound {b} < exact logit {x}");
+            max_exact = max_exact.max(x);
+            max_bound = max_bound.max(b);
+            max_norm = max_norm.max(norms[j as usize] * hn);
+        }
+        rho_share.push(p.residual_norm() / hn);
+        gap_proj.push(max_bound - max_exact);
+        gap_norm.push(max_norm - max_exact);
     }
-    assert!(kolm_rsd::head::needs_full_head(&[1.0, 1.01], 0.02));
+    // The oracle's exact logits are HeadRows::exact_logit's.
+    let h5 = &f.positions[5].1;
+    for j in [0, 1, 777, n - 1] {
+        assert_eq!(c.rows.exact_logit(j, h5), c.exact[5 * n + j]);
+    }
+    let (rho, gp, gn) = (median(rho_share), median(gap_proj), median(gap_norm));
+    eprintln!("{} positions: median ρ/‖h‖ = {rho:.3}; median (largest outside bound − largest outside logit): projected {gp:.2}, norm bound {gn:.2}", f.positions.len());
+    // Measured: ρ/‖h‖ 0.505 (32 directions fitted on the other half's 121-122 states), excess 160.7
+    // against the norm bound's 337.5: half the norm bound's looseness, and still far above the
+    // ~20 logits between the top logit and a typical row's.
+    assert!(gp < 0.6 * gn, "projected bound excess {gp} is not well below the norm bound's {gn}");
+}
+
+#[test]
+fn certificate_certifies_only_true_argmaxes() {
+    let f = fixture();
+    let c = cert();
+    let path = common::smol();
+    let n = c.rows.info.n_vocab;
+    let h = hidden_block(f);
+    let npos = f.positions.len();
+    let full_arg: Vec<u32> = f.positions.iter().map(|(l, _)| llama::argmax(l) as u32).collect();
+    // (certified, certified by the bound alone, wrong subset argmaxes, mean open share), checking every
+    // verdict against the oracle: certified iff every outside exact logit + 0.5 < the subset's top-1.
+    let run = |ids: &[u32]| {
+        let outside = outside_of(ids, n);
+        let lg = SubsetHead::from_gguf(&path, ids, &HeadOptions::default()).unwrap().logits(&h, npos).unwrap();
+        let (mut cert, mut by_bound, mut wrong, mut open) = (0, 0, 0, 0f64);
+        for (pos, (_, hid)) in f.positions.iter().enumerate() {
+            let (i1, v1, _) = top2(&lg[pos * ids.len()..(pos + 1) * ids.len()]);
+            let exact = &c.exact[pos * n..(pos + 1) * n];
+            let v = certify(&c.bounds[(pos >= c.half) as usize], &outside, hid, v1, 0.5, |j| exact[j as usize]);
+            let oracle = outside.iter().all(|&j| exact[j as usize] + 0.5 < v1 as f64);
+            assert_eq!(v.certified, oracle, "position {pos}");
+            let ok = ids[i1] == full_arg[pos];
+            assert!(ok || !v.certified, "position {pos}: subset argmax {} certified, llama.cpp's is {}", ids[i1], full_arg[pos]);
+            cert += v.certified as usize;
+            by_bound += (v.certified && v.open == 0) as usize;
+            wrong += !ok as usize;
+            open += v.open as f64 / outside.len() as f64 / npos as f64;
+        }
+        (cert, by_bound, wrong, open)
+    };
+    // A set that holds every answer.
+    let ids = some_ids(f);
+    let (cert, by_bound, wrong, open) = run(&ids);
+    eprintln!("some_ids ({} rows): certified {cert}/{npos}, by the bound alone {by_bound}, mean open share {open:.4}", ids.len());
+    assert_eq!(wrong, 0);
+    // Measured: 194 of 243 certified (the other 49 have an outside row within the 0.5 slack of the top-1
+    // logit); set 3% below. None by the bound alone: every outside row is open (see docs/shortlist.md).
+    assert!(cert >= 188, "only {cert} of {npos} certified (measured 194)");
+
+    // Without the answers of every third position: those positions' subset argmax is wrong, and the
+    // certificate must refuse every one of them (checked in `run`).
+    let removed: std::collections::HashSet<u32> = full_arg.iter().step_by(3).copied().collect();
+    let holed: Vec<u32> = ids.iter().copied().filter(|i| !removed.contains(i)).collect();
+    let (cert, by_bound, wrong, open) = run(&holed);
+    eprintln!("holed ({} rows): {wrong} wrong subset argmaxes, certified {cert}/{npos}, by the bound alone {by_bound}, mean open share {open:.4}", holed.len());
+    // Measured: 167 wrong, 44 certified.
+    assert!(wrong >= npos / 2, "only {wrong} positions lost their answer (measured 167)");
+    assert!(cert >= 40, "only {cert} of {npos} certified (measured 44)");
 }
 
 fn smol_expect() -> (String, u32) {
@@ -236,3 +335,5 @@ fn histogram_round_trips_through_a_file_and_refuses_hostile_ones() {
     let e = Histogram::from_slice(&serde_json::to_vec(&v).unwrap(), "big.histogram.json", Some((&fp, nv))).unwrap_err();
     assert!(matches!(e.kind, ShortlistErrorKind::TokenOutOfRange { .. }), "{e}");
 }
+
+
