@@ -344,8 +344,8 @@ pub fn needs_full_head(subset_logits: &[f32], threshold: f32) -> bool {
 }
 
 /// The whole head in memory in its quantized type (q8_0: 1.06 bytes a weight), for exact logits of single
-/// rows: the certificate rescores a different handful of rows at every position, too scattered to read
-/// from the file each time.
+/// rows: the certificate rescores a different set of rows at every position, too scattered to read from
+/// the file each time.
 pub struct HeadRows {
     pub info: HeadInfo,
     raw: Vec<u8>,
@@ -544,9 +544,9 @@ impl Projection {
 ///   w_j·h = a_j·b + (U r_j)·b + r_j·(h − Uᵀb) ≤ a_j·b + γ·‖b‖ + e_j·ρ      (Cauchy–Schwarz twice)
 ///
 /// with γ = max_j ‖U r_j‖, which would be 0 for exact a_j and is what rounding a_j to f32 leaves (≈1e-7):
-/// no orthonormality is assumed. When h's energy sits in the r directions (the final hidden state's few
-/// large outlier dimensions put it there), ρ ≪ ‖h‖ and the bound is far tighter than ‖w_j‖·‖h‖; it costs
-/// r multiply-adds per row instead of n_embd. Arithmetic in f64 (see [`exact_dot`] for its rounding).
+/// no orthonormality is assumed. It costs r multiply-adds per row instead of n_embd, and it is tight only
+/// when h's energy sits in the r directions (ρ ≪ ‖h‖); on SmolLM2 32 directions miss about half of ‖h‖,
+/// so it excludes few rows (docs/shortlist.md). Arithmetic in f64 (see [`exact_dot`] for its rounding).
 pub struct ProjectedBound {
     n_embd: usize,
     r: usize,
