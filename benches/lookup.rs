@@ -151,7 +151,7 @@ fn main() {
     let pack = pack_from(&s, &sh, 15_000, &mut rng);
     let eager = DrafterConfig {
         beta_prior: vec![(1, 1.0), (16, 1.0)],
-        alpha_prior: 0.95,
+        class_prior: [0.95; kolm_rsd::draft::class::N_CLASSES],
         ..DrafterConfig::default()
     };
 

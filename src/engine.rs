@@ -101,7 +101,7 @@ pub fn default_miss_log(model_path: &Path) -> PathBuf {
 impl EngineConfig {
     /// The longest draft the engine ever proposes, whatever the host allows.
     pub fn n_max_cap(&self) -> usize {
-        16
+        crate::draft::control::INVARIANT_DRAFT
     }
 
     /// Parses `--spec-plugin-arg`: comma-separated `key=value` (`pack=PATH|off`, `misslog=PATH|off`,

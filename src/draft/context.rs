@@ -75,48 +75,121 @@ impl ContextIndex {
         self.tokens.push(t);
     }
 
-    /// Token that followed the latest earlier occurrence of the longest suffix of `history`
-    /// (length `max_n` down to `min_n`), with the matched length.
-    pub fn predict(&self, history: &[i32], min_n: usize) -> Option<(i32, usize)> {
+    /// Where the history (the mirror followed by `drafted`) last occurred before: the latest earlier
+    /// occurrence of its longest suffix of `max_n` down to `min_n` tokens, found by hash and checked
+    /// against the mirror, then extended back token by token (up to [`MAX_MATCH`]) to measure how long
+    /// the match really is, which is what says how far a copy from there can be trusted.
+    pub fn find(&self, drafted: &[i32], min_n: usize) -> Option<Copy> {
+        let m = self.tokens.len();
+        let len = m + drafted.len();
+        let at = |i: usize| if i < m { self.tokens[i] } else { drafted[i - m] };
         let mut keys = [0u64; 8];
         let mut h = SuffixHasher::new();
-        let top = self.max_n.min(history.len());
+        let top = self.max_n.min(len);
         for k in 1..=top {
-            h.push(history[history.len() - k] as u32);
+            h.push(at(len - k) as u32);
             keys[k - 1] = h.key();
         }
         (min_n.max(1)..=top).rev().find_map(|k| {
             let p = *self.next.get(&keys[k - 1])? as usize;
-            let ok = p < self.tokens.len()
-                && p >= k
-                && self.tokens[p - k..p] == history[history.len() - k..];
-            ok.then(|| (self.tokens[p], k))
+            if p >= m || p < k || (1..=k).any(|j| self.tokens[p - j] != at(len - j)) {
+                return None;
+            }
+            let mut n = k;
+            while n < MAX_MATCH && n < p && self.tokens[p - n - 1] == at(len - n - 1) {
+                n += 1;
+            }
+            Some(Copy { pos: p, len: n })
         })
     }
+
+    /// The token a copy proposes.
+    #[inline]
+    pub fn token(&self, c: Copy) -> i32 {
+        self.tokens[c.pos]
+    }
+
+    /// The copy one token further on, once its token was taken; None where the mirror ends.
+    #[inline]
+    pub fn advance(&self, c: Copy) -> Option<Copy> {
+        (c.pos + 1 < self.tokens.len()).then_some(Copy { pos: c.pos + 1, len: (c.len + 1).min(MAX_MATCH) })
+    }
+}
+
+/// Longest match length measured; longer matches are no more informative.
+pub const MAX_MATCH: usize = 32;
+
+/// A copy of the request's own text: the token at mirror position `pos` follows a match of `len` tokens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Copy {
+    pub pos: usize,
+    pub len: usize,
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// The naive oracle: scan every earlier position for the longest match of the history's end.
+    fn naive(mirror: &[i32], drafted: &[i32], max_n: usize, min_n: usize) -> Option<Copy> {
+        let hist: Vec<i32> = mirror.iter().chain(drafted).copied().collect();
+        let h = hist.len();
+        let matched = |p: usize, n: usize| n <= p && n <= h && (1..=n).all(|j| mirror[p - j] == hist[h - j]);
+        // Longest hashed suffix first; for it, the latest position; then the true length.
+        (min_n.max(1)..=max_n.min(h)).rev().find_map(|k| {
+            let p = (k..mirror.len()).rev().find(|&p| matched(p, k))?;
+            let len = (k..=MAX_MATCH.min(p)).rev().find(|&n| matched(p, n)).unwrap();
+            Some(Copy { pos: p, len })
+        })
+    }
+
+    fn ctx(tokens: &[i32], max_n: usize) -> ContextIndex {
+        let mut c = ContextIndex::new(max_n);
+        c.reset(tokens);
+        c
+    }
+
     #[test]
-    fn predicts_from_latest_occurrence_longest_first() {
-        let mut c = ContextIndex::new(3);
-        c.reset(&[1, 2, 3, 9, 2, 3, 4]);
-        c.sync(&[1, 2, 3, 9, 2, 3, 4], 1);
-        assert_eq!(
-            c.predict(&[7, 2, 3], 1),
-            Some((4, 2)),
-            "latest occurrence of 2 3"
-        );
-        assert_eq!(
-            c.predict(&[9, 2, 3], 1),
-            Some((4, 3)),
-            "9 2 3 occurred once, followed by 4"
-        );
-        assert_eq!(c.predict(&[4, 1], 1), Some((2, 1)));
-        assert_eq!(c.predict(&[4, 1], 2), None, "too short a match");
-        assert_eq!(c.predict(&[5], 1), None);
+    fn finds_latest_occurrence_longest_first_and_measures_the_match() {
+        let c = ctx(&[1, 2, 3, 9, 2, 3, 4, 7, 2, 3], 3);
+        let f = |d: &[i32], min| c.find(d, min).map(|x| (c.token(x), x.len));
+        assert_eq!(f(&[], 1), Some((4, 2)), "latest earlier occurrence of 2 3");
+        assert_eq!(f(&[8], 1), None);
+        assert_eq!(f(&[5, 9], 2), None, "5 9 never occurred and 1 token is too short");
+        assert_eq!(f(&[5, 9], 1), Some((2, 1)));
+    }
+
+    #[test]
+    fn match_length_runs_past_the_hashed_suffix() {
+        let c = ctx(&[5, 1, 2, 3, 4, 8, 1, 2, 3], 2);
+        let x = c.find(&[], 1).unwrap();
+        assert_eq!((c.token(x), x.len), (4, 3), "hashed on 2 3, matched 1 2 3");
+    }
+
+    #[test]
+    fn copies_advance_to_the_end_of_the_mirror() {
+        let c = ctx(&[5, 6, 7, 8, 5, 6], 2);
+        let x = c.find(&[], 2).unwrap();
+        assert_eq!((c.token(x), x.len), (7, 2));
+        let y = c.advance(x).unwrap();
+        assert_eq!((c.token(y), y.len), (8, 3));
+        let z = c.advance(c.advance(y).unwrap()).unwrap();
+        assert_eq!(c.token(z), 6);
+        assert_eq!(c.advance(z), None, "the copy reached the last mirrored token");
+    }
+
+    #[test]
+    fn agrees_with_the_naive_scan() {
+        let mut rng = fastrand::Rng::with_seed(7);
+        for case in 0..400 {
+            let alphabet = 2 + case % 5;
+            let mirror: Vec<i32> = (0..rng.usize(1..80)).map(|_| rng.i32(0..alphabet as i32)).collect();
+            let drafted: Vec<i32> = (0..rng.usize(0..4)).map(|_| rng.i32(0..alphabet as i32)).collect();
+            let max_n = rng.usize(1..=8);
+            let min_n = rng.usize(1..=max_n);
+            let c = ctx(&mirror, max_n);
+            assert_eq!(c.find(&drafted, min_n), naive(&mirror, &drafted, max_n, min_n), "{mirror:?} + {drafted:?}, n {min_n}..={max_n}");
+        }
     }
 
     #[test]
@@ -127,12 +200,8 @@ mod tests {
         assert_eq!(c.tokens(), &[1, 2, 3, 4, 5, 6]);
         c.sync(&[1, 2, 3], 7);
         assert_eq!(c.tokens(), &[1, 2, 3, 7]);
-        assert_eq!(
-            c.predict(&[4], 1),
-            None,
-            "4 → 5 was rolled back: the stale entry is ignored"
-        );
-        assert_eq!(c.predict(&[3], 1), Some((7, 1)), "3 → 7 replaced 3 → 4");
+        assert_eq!(c.find(&[4], 1).map(|x| c.token(x)), None, "4 → 5 was rolled back: the stale entry is ignored");
+        assert_eq!(c.find(&[3], 1).map(|x| c.token(x)), Some(7), "3 → 7 replaced 3 → 4");
         c.sync(&[8, 8], 8);
         assert_eq!(c.tokens(), &[8, 8, 8]);
     }

@@ -6,19 +6,29 @@
 //! γ = 0 (score 1) means drafting does not pay. d is the drafter's own cost: zero for pack and n-gram
 //! lookups, one draft-model step (measured) for each token a draft model proposes.
 
-/// Longest draft the drafter will ever propose.
+/// Size of the per-length tables (β, acceptance per position, the counters' β).
 pub const MAX_DRAFT: usize = 16;
 
-/// β(m) for m tokens verified, measured with llama-batched-bench on the 2-core target machine
-/// (Qwen2.5-Coder-1.5B Q4_K_M; docs/method.md). Linear in between, extrapolated past the end.
+/// Longest draft proposed: one verify pass of this many drafted tokens plus the sampled one stays within
+/// the batch size that patch 0002 computes exactly like single-token decoding (`GGML_CPU_BATCH_INVARIANT_MAX`,
+/// default 16), so output stays byte-identical to plain decoding.
+pub const INVARIANT_DRAFT: usize = 15;
+
+/// β(m) for m tokens verified (logits at every position), measured by `kolm-rsd bench` on the 2-core
+/// target machine for Qwen2.5-Coder-1.5B Q4_K_M with patches 0001–0004 (BENCHMARKS.md; the batch-invariant
+/// kernels make long verifies cheaper than upstream's β(8) ≈ 6.3). Linear in between. It is only where
+/// learning starts: lengths that are drafted get measured, the others follow the measured ones.
 pub const DEFAULT_BETA_PRIOR: &[(u32, f32)] = &[
     (1, 1.0),
-    (2, 1.55),
-    (3, 2.2),
-    (4, 2.9),
-    (5, 3.9),
-    (8, 6.3),
-    (16, 8.0),
+    (2, 1.77),
+    (3, 2.32),
+    (4, 2.97),
+    (5, 3.16),
+    (6, 3.52),
+    (8, 4.47),
+    (10, 5.62),
+    (12, 6.43),
+    (16, 8.3),
 ];
 
 /// Pseudo-samples the prior is worth against measurements in each bucket.
@@ -150,36 +160,68 @@ fn interpolate(pts: &[(f64, f64)], x: f64) -> f64 {
     }
 }
 
-/// Per-position acceptance as exponentially decayed counts: position i's estimate is
-/// P(token i accepted | tokens before it accepted).
-#[derive(Clone, Debug, Default)]
-pub struct Acceptance {
-    num: [f32; MAX_DRAFT],
-    den: [f32; MAX_DRAFT],
+/// Acceptance rates as exponentially decayed counts, one per slot: per drafted position (slot i is
+/// P(token i accepted | tokens before it accepted)) or per [`Class`](super::class::Class) of evidence.
+#[derive(Clone, Debug)]
+pub struct Rates<const N: usize> {
+    num: [f32; N],
+    den: [f32; N],
 }
 
-impl Acceptance {
-    /// A step drafted `drafted` tokens and the target accepted the first `accepted`.
-    pub fn observe(&mut self, drafted: usize, accepted: usize, decay: f32) {
-        let seen = drafted.min(accepted + 1).min(MAX_DRAFT);
-        for i in 0..seen {
-            self.num[i] = self.num[i] * decay + if i < accepted { 1.0 } else { 0.0 };
-            self.den[i] = self.den[i] * decay + 1.0;
+impl<const N: usize> Default for Rates<N> {
+    fn default() -> Self {
+        Rates { num: [0.0; N], den: [0.0; N] }
+    }
+}
+
+impl<const N: usize> Rates<N> {
+    /// One trial in slot `i`.
+    #[inline]
+    pub fn observe(&mut self, i: usize, accepted: bool, decay: f32) {
+        let i = i.min(N - 1);
+        self.num[i] = self.num[i] * decay + if accepted { 1.0 } else { 0.0 };
+        self.den[i] = self.den[i] * decay + 1.0;
+    }
+
+    /// A step drafted `drafted` tokens and the target accepted the first `accepted`: positions up to the
+    /// first rejection were trials.
+    pub fn observe_run(&mut self, drafted: usize, accepted: usize, decay: f32) {
+        for i in 0..drafted.min(accepted + 1).min(N) {
+            self.observe(i, i < accepted, decay);
         }
     }
 
-    /// Estimate for position `i` (0-based), shrunk towards `prior` by `weight` pseudo-samples.
+    /// The measured rate of slot `i` alone (0 before any trial).
+    pub fn rate(&self, i: usize) -> f32 {
+        let i = i.min(N - 1);
+        if self.den[i] > 0.0 { self.num[i] / self.den[i] } else { 0.0 }
+    }
+
+    /// Estimate for slot `i`, shrunk towards `prior` by `weight` pseudo-samples.
     #[inline]
     pub fn estimate(&self, i: usize, prior: f32, weight: f32) -> f32 {
-        let i = i.min(MAX_DRAFT - 1);
+        let i = i.min(N - 1);
         (self.num[i] + weight * prior) / (self.den[i] + weight)
     }
 }
 
+/// Per drafted position.
+pub type Acceptance = Rates<MAX_DRAFT>;
+
+/// True while drafting further could still beat `best`, the best score E/β among the draft's prefixes so
+/// far: the draft has `drafted` tokens, expects `expected` tokens from its verify step and reaches its last
+/// token with chance `run`. Even if every later token were sure, a draft of L tokens would expect at most
+/// `expected + run·(L − drafted)` for β(L + 1); if no L up to `max_len` beats `best` that way, nothing can.
+/// (All lengths are looked at, not just the next: a measured β table has steps and flat stretches.)
+pub fn may_pay_more(expected: f64, run: f64, best: f64, beta: &BetaModel, drafted: usize, max_len: usize) -> bool {
+    (drafted + 1..=max_len).any(|l| (expected + run * (l - drafted) as f64) / beta.beta(l + 1) > best + 1e-9)
+}
+
 /// Draft length in `0..=p.len()` maximising expected tokens per unit of cost; `cost[i]` is what drafting
-/// token i costs relative to a plain step (0 for pack and n-gram tokens, d for a draft model's).
-pub fn best_length(p: &[f32], beta: &BetaModel, cost: &[f64]) -> usize {
-    let (mut best, mut best_score) = (0, 1.0);
+/// token i costs relative to a plain step (0 for pack and n-gram tokens, d for a draft model's). A draft
+/// must score above `floor` (1 = a plain step) to be chosen over none.
+pub fn best_length(p: &[f32], beta: &BetaModel, cost: &[f64], floor: f64) -> usize {
+    let (mut best, mut best_score) = (0, floor);
     let (mut expected, mut run, mut spent) = (1.0, 1.0, 0.0);
     for (i, &pi) in p.iter().enumerate() {
         run *= f64::from(pi);
@@ -201,9 +243,9 @@ mod tests {
     fn prior_interpolates() {
         let b = BetaModel::new(DEFAULT_BETA_PRIOR);
         assert_eq!(b.beta(1), 1.0);
-        assert!((b.beta(2) - 1.55).abs() < 1e-6);
-        assert!((b.beta(6) - 4.7).abs() < 1e-6);
-        assert!((b.beta(12) - 7.15).abs() < 1e-6);
+        assert!((b.beta(2) - 1.77).abs() < 1e-6);
+        assert!((b.beta(7) - 3.995).abs() < 1e-6);
+        assert!((b.beta(14) - 7.365).abs() < 1e-6);
         assert!(b.beta(17) > b.beta(16));
     }
 
@@ -228,16 +270,18 @@ mod tests {
     fn best_length_trades_acceptance_against_cost() {
         let b = BetaModel::new(DEFAULT_BETA_PRIOR);
         assert_eq!(
-            best_length(&[0.3; 4], &b, &[]),
+            best_length(&[0.3; 4], &b, &[], 1.0),
             0,
             "low acceptance: don't draft"
         );
-        assert_eq!(best_length(&[0.7; 4], &b, &[]), 1);
-        assert_eq!(best_length(&[0.7; 4], &b, &[0.35; 4]), 0, "a draft model's cost makes it not pay");
-        assert!(best_length(&[1.0; 4], &b, &[]) >= 1);
+        assert_eq!(best_length(&[0.7; 4], &b, &[], 1.0), 0, "70% does not pay for β(2) = 1.77");
+        assert_eq!(best_length(&[0.85; 2], &b, &[], 1.0), 2);
+        assert_eq!(best_length(&[0.85; 2], &b, &[0.35; 2], 1.0), 0, "a draft model's cost makes it not pay");
+        assert!(best_length(&[1.0; 4], &b, &[], 1.0) >= 1);
+        assert_eq!(best_length(&[0.85; 2], &b, &[], 1.2), 0, "a draft must beat the floor");
         let flat = BetaModel::new(&[(1, 1.0), (16, 1.0)]);
         assert_eq!(
-            best_length(&[0.5; 4], &flat, &[]),
+            best_length(&[0.5; 4], &flat, &[], 1.0),
             4,
             "free verification: draft all"
         );
@@ -246,7 +290,7 @@ mod tests {
     #[test]
     fn acceptance_is_conditional_per_position() {
         let mut a = Acceptance::default();
-        a.observe(3, 1, 1.0);
+        a.observe_run(3, 1, 1.0);
         assert_eq!(a.estimate(0, 0.5, 1.0), 0.75);
         assert_eq!(a.estimate(1, 0.5, 1.0), 0.25);
         assert_eq!(
@@ -254,5 +298,32 @@ mod tests {
             0.5,
             "position 3 was never reached: prior"
         );
+    }
+
+    #[test]
+    fn extending_stops_when_no_token_could_pay() {
+        let cpu = BetaModel::new(DEFAULT_BETA_PRIOR);
+        assert!(may_pay_more(1.0, 1.0, 1.0, &cpu, 0, 15), "a sure first token always may");
+        assert!(!may_pay_more(1.3, 0.3, 1.0, &cpu, 1, 15), "reached 30% of the time: no longer draft can pay");
+        let flat = BetaModel::new(&[(1, 1.0), (17, 1.1)]);
+        assert!(may_pay_more(1.3, 0.3, 1.0, &flat, 1, 15), "nearly free verification: keep going");
+        // A step in β (8 → 9 tokens verified) does not end a draft that pays again further on.
+        let stepped = BetaModel::new(&[(1, 1.0), (8, 4.47), (9, 5.57), (16, 8.3)]);
+        let e7 = 8.0; // seven sure tokens
+        assert!(may_pay_more(e7, 1.0, e7 / 4.47, &stepped, 7, 15));
+        // Against the exhaustive rule: whenever extending is refused, no longer draft scores better.
+        for &q in &[0.2f32, 0.5, 0.8, 0.95, 1.0] {
+            let p = [q; 15];
+            let (mut e, mut run, mut best) = (1.0, 1.0, 1.0f64);
+            for (i, &pi) in p.iter().enumerate() {
+                if !may_pay_more(e, run, best, &cpu, i, p.len()) {
+                    assert!(best_length(&p, &cpu, &[], 1.0) <= i, "q {q}: stopped at {i}, best is {}", best_length(&p, &cpu, &[], 1.0));
+                    break;
+                }
+                run *= f64::from(pi);
+                e += run;
+                best = best.max(e / cpu.beta(i + 2));
+            }
+        }
     }
 }
