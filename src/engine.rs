@@ -192,6 +192,13 @@ fn load_pack_for(path: &Path, texts: &[&[u8]]) -> Result<Pack, EngineError> {
     Ok(Pack::from_slice(&bytes, &path.display().to_string(), Some(&fp), Some(texts.len() as u32))?)
 }
 
+/// The lookup tables of the pack at `path`, validated for `model`'s tokenizer, with its shape table.
+pub fn load_index(path: &Path, model: &Model) -> Result<Index, EngineError> {
+    let texts = token_texts(model);
+    let pack = load_pack_for(path, &texts)?;
+    Ok(Index::new(&pack, Some(ShapeTable::from_token_texts(&texts))))
+}
+
 /// The drafter of one model: pack index, request n-grams, break-even control, miss log.
 pub struct Engine {
     drafter: Drafter,
@@ -206,15 +213,7 @@ pub struct Engine {
 
 impl Engine {
     pub fn new(model: &Model, cfg: EngineConfig) -> Result<Engine, EngineError> {
-        let index = match &cfg.pack {
-            Some(path) => {
-                let texts = token_texts(model);
-                let pack = load_pack_for(path, &texts)?;
-                let shapes = ShapeTable::from_token_texts(&texts);
-                Some(Index::new(&pack, Some(shapes)))
-            }
-            None => None,
-        };
+        let index = cfg.pack.as_deref().map(|p| load_index(p, model)).transpose()?;
         let pack = cfg.pack.clone().zip(index.as_ref().map(Index::len));
         let dcfg = DrafterConfig {
             n_seq: cfg.n_seq,

@@ -20,6 +20,7 @@ pub mod index;
 pub mod llama;
 pub mod misslog;
 pub mod pack;
+pub mod replay;
 pub mod server;
 pub mod shape;
 pub mod shortlist;

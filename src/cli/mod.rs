@@ -7,6 +7,7 @@ mod bench;
 mod demo;
 mod model;
 mod pack;
+mod replay;
 mod shortlist;
 
 #[derive(Parser)]
@@ -46,6 +47,8 @@ enum Cmd {
     Demo(demo::DemoArgs),
     /// Benchmark kolm-rsd against llama.cpp's own drafters side by side, with the ceiling (issue 5).
     Bench(bench::BenchArgs),
+    /// The drafter on recorded greedy continuations, with this CPU's verify cost and with free verification.
+    Replay(replay::ReplayArgs),
 }
 
 pub fn run() -> i32 {
@@ -61,6 +64,7 @@ pub fn run() -> i32 {
             Err(e) => Err(e),
         },
         Cmd::Shortlist(c) => shortlist::run(c),
+        Cmd::Replay(a) => replay::run(&a),
     };
     match result {
         Ok(()) => 0,

@@ -1,0 +1,136 @@
+//! Replay: recorded greedy continuations served to the drafter with a verify-cost table as the clock.
+//!
+//! Served for real, a drafting policy is measured through machine noise (±5% here), and only on this
+//! machine's β. Replayed, the same drafter (break-even control included, learning β from the clock it is
+//! given) is measured exactly, and under any β: this CPU's, or free verification (β = 1, what a GPU comes
+//! close to), which is how tokens per verify step and acceptance carry over to other hardware. Greedy
+//! verification keeps a drafted token exactly when it equals the recorded one, so the replay is exact.
+
+use crate::draft::Drafter;
+
+/// One recorded request: the prompt's tokens and the target's greedy continuation.
+#[derive(Clone, Debug)]
+pub struct Recorded {
+    pub prompt: Vec<i32>,
+    pub output: Vec<i32>,
+}
+
+/// What a replay measured.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Replayed {
+    /// Tokens generated after the first (the first comes from the prompt pass, as in llama-server's timings).
+    pub tokens: usize,
+    /// Target forward passes (verify steps).
+    pub passes: usize,
+    /// Their cost in plain steps.
+    pub cost: f64,
+    pub drafted: usize,
+    pub accepted: usize,
+}
+
+impl Replayed {
+    /// Decode speed relative to plain decoding (one plain step per token).
+    pub fn speedup(&self) -> f64 {
+        if self.cost > 0.0 { self.tokens as f64 / self.cost } else { 1.0 }
+    }
+
+    pub fn tokens_per_pass(&self) -> f64 {
+        if self.passes > 0 { self.tokens as f64 / self.passes as f64 } else { 0.0 }
+    }
+
+    pub fn acceptance(&self) -> f64 {
+        if self.drafted > 0 { self.accepted as f64 / self.drafted as f64 } else { 0.0 }
+    }
+
+    fn add(&mut self, o: &Replayed) {
+        self.tokens += o.tokens;
+        self.passes += o.passes;
+        self.cost += o.cost;
+        self.drafted += o.drafted;
+        self.accepted += o.accepted;
+    }
+}
+
+/// Serves `runs` in order on sequence 0 of `d`, drafting at most `n_max` tokens a step; a pass verifying
+/// m tokens costs `beta(m)` plain steps of `unit_ns` each on the drafter's clock. Returns each run's
+/// measurement and their sum.
+pub fn replay(d: &mut Drafter, runs: &[Recorded], n_max: usize, beta: impl Fn(usize) -> f64, unit_ns: f64) -> (Vec<Replayed>, Replayed) {
+    let mut now = 0u64;
+    let mut total = Replayed::default();
+    let mut each = Vec::with_capacity(runs.len());
+    let mut draft = Vec::new();
+    for r in runs {
+        let mut m = Replayed::default();
+        let Some((&first, rest)) = r.output.split_first() else {
+            each.push(m);
+            continue;
+        };
+        d.begin(0, &r.prompt);
+        let mut hist = r.prompt.clone();
+        let mut last = first;
+        let mut i = 0; // rest[i] is what the target samples next
+        while i < rest.len() {
+            let g = d.propose(0, &hist, last, n_max, now, &mut draft);
+            let acc = draft.iter().zip(&rest[i..]).take_while(|(a, b)| a == b).count();
+            d.accept(0, acc);
+            let cost = beta(g + 1);
+            now += (cost * unit_ns) as u64;
+            hist.push(last);
+            let took = (acc + 1).min(rest.len() - i);
+            hist.extend_from_slice(&rest[i..i + took - 1]);
+            last = rest[i + took - 1];
+            i += took;
+            m.passes += 1;
+            m.cost += cost;
+            m.drafted += g;
+            m.accepted += acc;
+        }
+        m.tokens = rest.len();
+        total.add(&m);
+        each.push(m);
+    }
+    (each, total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::draft::DrafterConfig;
+
+    /// A continuation that copies a passage of the prompt.
+    fn copying() -> Recorded {
+        let passage: Vec<i32> = (100..160).collect();
+        let mut prompt = vec![1, 2, 3];
+        prompt.extend(&passage);
+        prompt.extend([4, 5]);
+        let mut output = passage.clone();
+        output.extend([7, 8, 9]);
+        Recorded { prompt, output }
+    }
+
+    #[test]
+    fn free_verification_pays_for_copies_and_accounting_adds_up() {
+        let mut d = Drafter::new(None, DrafterConfig::default());
+        let runs = [copying(), copying()];
+        let (each, total) = replay(&mut d, &runs, 15, |_| 1.0, 1e6);
+        assert_eq!(total.tokens, 2 * 62);
+        assert_eq!(each.len(), 2);
+        // Every pass yields its accepted tokens plus the target's own, but the last pass of a run may end
+        // on an accepted token.
+        assert!(total.tokens <= total.accepted + total.passes && total.accepted + total.passes <= total.tokens + runs.len(), "{total:?}");
+        assert!(total.speedup() > 3.0, "{total:?}");
+        assert!(total.acceptance() > 0.8, "{total:?}");
+    }
+
+    #[test]
+    fn a_costly_verify_is_declined_and_nothing_is_lost() {
+        // Verifying 2 tokens costs 3 steps: no draft can pay, and the control must find that out.
+        let mut d = Drafter::new(None, DrafterConfig::default());
+        let runs = vec![copying(); 4];
+        let (_, total) = replay(&mut d, &runs, 15, |m| if m == 1 { 1.0 } else { 1.5 * m as f64 }, 1e6);
+        assert!(total.speedup() > 0.95, "never much slower than plain decoding: {total:?}");
+        let mut plain = Drafter::new(None, DrafterConfig { max_draft: 0, ..DrafterConfig::default() });
+        let (_, none) = replay(&mut plain, &runs, 15, |_| 1.0, 1e6);
+        assert_eq!((none.passes, none.drafted, none.speedup()), (none.tokens, 0, 1.0));
+    }
+}
