@@ -29,9 +29,13 @@ fn plugin_output_is_byte_identical_and_drafts_are_accepted() {
 
     let mut opts = ServerOptions::new(&path, &dir.join("plugin.log"));
     opts.plugin = Some(common::plugin());
-    // adaptive=0: draft at every step, so the test exercises verification on every token.
+    // adaptive=0: draft at every step (15 tokens, the longest a verify pass carries exactly), so the test
+    // exercises verification on every token.
     opts.plugin_arg = Some("adaptive=0,misslog=off".into());
     let spec = Server::start(&opts).unwrap();
+    // The host's limit for plugin drafts is --spec-plugin-n-max (default 16), not the draft model's 3.
+    let log = std::fs::read_to_string(dir.join("plugin.log")).unwrap();
+    assert!(log.contains("n_max = 16"), "{}", spec.log_tail());
     let (mut drafted, mut accepted) = (0, 0);
     for (p, r) in prompts.iter().zip(&reference) {
         let c = spec.complete(p, 96).unwrap();
