@@ -56,7 +56,7 @@ impl Default for EngineConfig {
     fn default() -> Self {
         EngineConfig {
             n_seq: 1,
-            n_max: 4,
+            n_max: crate::draft::control::INVARIANT_DRAFT,
             adaptive: true,
             pack: None,
             miss_log: None,
