@@ -183,8 +183,8 @@ mod tests {
         let mut rng = fastrand::Rng::with_seed(7);
         for case in 0..400 {
             let alphabet = 2 + case % 5;
-            let mirror: Vec<i32> = (0..rng.usize(1..80)).map(|_| rng.i32(0..alphabet as i32)).collect();
-            let drafted: Vec<i32> = (0..rng.usize(0..4)).map(|_| rng.i32(0..alphabet as i32)).collect();
+            let mirror: Vec<i32> = (0..rng.usize(1..80)).map(|_| rng.i32(0..alphabet)).collect();
+            let drafted: Vec<i32> = (0..rng.usize(0..4)).map(|_| rng.i32(0..alphabet)).collect();
             let max_n = rng.usize(1..=8);
             let min_n = rng.usize(1..=max_n);
             let c = ctx(&mirror, max_n);
