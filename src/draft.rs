@@ -450,8 +450,8 @@ impl Drafter {
 
 /// Fills `s.chain` with up to `want` tokens, each looked up after the ones before it: the pack's recipe or
 /// a copy of the request's own text (where they disagree, whichever class of evidence has the higher
-/// acceptance `est`; a copy, once started, runs on token by token while its tokens are taken); the draft model (source, sequence, how many of the first
-/// positions it may fill) answers where neither does. Under the break-even control the chain ends where
+/// acceptance `est`; a copy, once started, runs on token by token while its tokens are taken); the draft
+/// model (source, sequence, how many of the first positions it may fill) answers where neither does. Under the break-even control the chain ends where
 /// no further token could pay. Returns the copy's token for the first position when the pack had no
 /// recipe there (a possible miss of the pack).
 fn build_chain(

@@ -38,6 +38,7 @@ struct Payload {
 
 /// Linear-probing table; keys are already uniform hashes, so their low bits pick the slot. Keys
 /// live apart from payloads: most probes miss, and a miss then touches 8 bytes per slot.
+#[derive(Clone)]
 struct Table {
     keys: Box<[u64]>,
     payloads: Box<[Payload]>,
@@ -100,7 +101,7 @@ impl Table {
 }
 
 /// Tables of one kind, indexed by context length.
-#[derive(Default)]
+#[derive(Clone, Default)]
 struct Tables {
     by_n: Vec<Option<Table>>,
     /// Context lengths present, longest first.
@@ -136,6 +137,7 @@ impl Tables {
 }
 
 /// Lookup structure for one pack and vocabulary.
+#[derive(Clone)]
 pub struct Index {
     literal: Tables,
     shape: Tables,

@@ -68,10 +68,10 @@ pub fn run(a: &ReplayArgs) -> CliResult {
         if a.no_context { "off" } else { "on" }
     );
     println!("\n| clock | speedup | tokens per pass | drafted | accepted | α | per prompt |\n|---|---:|---:|---:|---:|---:|---|");
+    let index = pack.as_deref().map(|p| engine::load_index(p, &model)).transpose()?;
     for (name, beta) in clocks {
-        let index = pack.as_deref().map(|p| engine::load_index(p, &model)).transpose()?;
         let cfg = DrafterConfig { use_context: !a.no_context, ..DrafterConfig::default() };
-        let mut d = Drafter::new(index, cfg);
+        let mut d = Drafter::new(index.clone(), cfg);
         let (each, t) = replay(&mut d, &runs, INVARIANT_DRAFT, beta, 1e6);
         let per: Vec<String> = each.iter().map(|r: &Replayed| format!("{:.2}", r.speedup())).collect();
         println!(
