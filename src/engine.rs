@@ -42,6 +42,8 @@ pub struct DraftChoice {
     pub shortlist: Option<PathBuf>,
     /// Margin under which the full head is scored (0 = never).
     pub margin: f32,
+    /// Also score the request's own ids that the shortlist lacks.
+    pub request_rows: bool,
 }
 
 /// Default margin fallback: a subset top-1 − top-2 logit margin below this scores the full head.
@@ -105,7 +107,7 @@ impl EngineConfig {
     }
 
     /// Parses `--spec-plugin-arg`: comma-separated `key=value` (`pack=PATH|off`, `misslog=PATH|off`,
-    /// `adaptive=0|1`, `context=0|1`, `nmax=N`, `draft=GGUF`, `shortlist=PATH|full`, `margin=F`); a bare
+    /// `adaptive=0|1`, `context=0|1`, `nmax=N`, `draft=GGUF`, `shortlist=PATH|full`, `margin=F`, `request_rows=0|1`); a bare
     /// value is the pack path. Without `pack=`, the pack beside the model is used when it exists; without
     /// `shortlist=`, the shortlist beside the draft GGUF, else the full head.
     pub fn from_plugin_arg(arg: &str, model_path: &str) -> Result<EngineConfig, EngineError> {
@@ -117,6 +119,7 @@ impl EngineConfig {
         let mut draft: Option<PathBuf> = None;
         let mut shortlist: Option<Option<PathBuf>> = None;
         let mut margin = DEFAULT_MARGIN;
+        let mut request_rows = true;
         for item in arg.split(',').map(str::trim).filter(|s| !s.is_empty()) {
             match item.split_once('=') {
                 None => pack = Some(PathBuf::from(item)),
@@ -132,6 +135,7 @@ impl EngineConfig {
                         .filter(|m| m.is_finite() && *m >= 0.0)
                         .ok_or_else(|| EngineError::Arg(format!("--spec-plugin-arg: margin={v} is not a number ≥ 0")))?
                 }
+                Some(("request_rows", v)) => request_rows = parse_bool(v)?,
                 Some(("misslog", "off")) => misslog = Some(None),
                 Some(("misslog", v)) => misslog = Some(Some(PathBuf::from(v))),
                 Some(("adaptive", v)) => cfg.adaptive = parse_bool(v)?,
@@ -141,7 +145,7 @@ impl EngineConfig {
                 }
                 Some((k, _)) => {
                     return Err(EngineError::Arg(format!(
-                        "--spec-plugin-arg: unknown key `{k}` (known: pack, misslog, adaptive, context, nmax, draft, shortlist, margin)"
+                        "--spec-plugin-arg: unknown key `{k}` (known: pack, misslog, adaptive, context, nmax, draft, shortlist, margin, request_rows)"
                     )))
                 }
             }
@@ -161,6 +165,7 @@ impl EngineConfig {
             },
             model: d,
             margin,
+            request_rows,
         });
         cfg.miss_log = match misslog {
             Some(m) => m,
@@ -228,6 +233,7 @@ impl Engine {
                 model: d.model.clone(),
                 shortlist: d.shortlist.clone(),
                 margin: d.margin,
+                request_rows: d.request_rows,
                 n_seq: cfg.n_seq,
                 n_ctx: cfg.n_ctx,
                 n_threads: cfg.n_threads,

@@ -48,7 +48,36 @@ fn drafted(cfg: &ModelDraftConfig, prompt: &[Token], n: usize) -> (Vec<Token>, M
 }
 
 fn config(shortlist: Option<PathBuf>, margin: f32) -> ModelDraftConfig {
-    ModelDraftConfig { model: common::smol(), shortlist, margin, n_seq: 1, n_ctx: 1024, n_threads: 0 }
+    ModelDraftConfig { model: common::smol(), shortlist, margin, request_rows: false, n_seq: 1, n_ctx: 1024, n_threads: 0 }
+}
+
+#[test]
+fn request_rows_give_the_prompt_tokens_a_shortlist_lacks() {
+    let _serial = common::one_at_a_time();
+    let dir = common::scratch("model-draft-request-rows");
+    let model = Model::load(&common::smol(), &ModelOptions { n_gpu_layers: 0 }).unwrap();
+    let prompt = model.tokenize(&templated(&model, PROMPT), false, true).unwrap();
+    let want = greedy(&model, &prompt, 24);
+    // The list holds every answer token the prompt does not (and the lowest ids): what the answer copies
+    // from the prompt is missing from it, as a name or an e-mail address is missing from a real list.
+    let must: Vec<Token> = want.iter().copied().filter(|t| !prompt.contains(t)).collect();
+    let path = dir.join("smol.shortlist.json");
+    let s = shortlist_with(&model, &must, must.len() + 256, &path);
+    let missing: Vec<Token> = want.iter().copied().filter(|&t| !s.ids.contains(&(t as u32))).collect();
+    assert!(!missing.is_empty(), "the answer copies nothing the list lacks: {want:?}");
+    assert!(missing.iter().all(|t| prompt.contains(t)));
+
+    let (without, md) = drafted(&config(Some(path.clone()), 0.0), &prompt, 24);
+    assert_ne!(without, want, "a list without {missing:?} cannot give the answer");
+    assert_eq!(md.stats().request_hits, 0);
+
+    let cfg = ModelDraftConfig { request_rows: true, ..config(Some(path), 0.0) };
+    let (with, md) = drafted(&cfg, &prompt, 24);
+    assert_eq!(with, want, "the request's own rows did not restore the copied tokens");
+    let st = md.stats();
+    assert!(st.request_hits as usize >= missing.len(), "{st:?}, missing {missing:?}");
+    // The prompt brings the new ids at once; the answer adds none (it is made of the list and the prompt).
+    assert_eq!(st.request_rebuilds, 1, "{st:?}");
 }
 
 /// A shortlist of `size` ids for SmolLM2 that holds `must` (the rest: low ids, the BPE prior).

@@ -431,6 +431,7 @@ pub fn run(opts: &BenchOptions, packs: Option<&PackBuilder>, obs: &dyn Observer)
                     model: dpath.clone(),
                     shortlist,
                     margin: 0.0,
+                    request_rows: false,
                     n_seq: 1,
                     n_ctx: 1024,
                     n_threads: threads,

@@ -1,9 +1,10 @@
 //! The draft-model source (issue 4): a small model with the target's tokenizer, run in the plugin's own
 //! llama context with its LM head skipped (patch 0003), its final hidden state scored by the subset head
-//! on a shortlist of the vocabulary, greedily, with a margin fallback to the full head.
+//! on a shortlist of the vocabulary plus the request's own tokens, greedily, with a margin fallback to the
+//! full head.
 
 use super::TokenSource;
-use crate::head::{needs_full_head, top2, HeadError, HeadOptions, SubsetHead};
+use crate::head::{top2, HeadError, HeadInfo, HeadOptions, SubsetHead};
 use crate::llama::{Batch, Context, ContextOptions, LlamaError, Model, ModelOptions};
 use crate::shortlist::Shortlist;
 use std::path::PathBuf;
@@ -18,6 +19,8 @@ pub struct ModelDraftConfig {
     pub shortlist: Option<PathBuf>,
     /// Score the full head when the subset's top-1 − top-2 logit margin is below this (0 = never).
     pub margin: f32,
+    /// Also score the ids of the request's own text that the shortlist lacks (see [`RequestRows`]).
+    pub request_rows: bool,
     pub n_seq: usize,
     /// KV cells shared by all sequences (the target's context size is enough).
     pub n_ctx: u32,
@@ -41,6 +44,10 @@ pub struct ModelDraftStats {
     pub tokens: u64,
     /// … of which the margin sent to the full head.
     pub fallbacks: u64,
+    /// … of which the request's own rows (outside the shortlist) gave the token.
+    pub request_hits: u64,
+    /// Times a sequence's request rows were rebuilt (new ids outside the shortlist in its text).
+    pub request_rebuilds: u64,
     /// Tokens decoded to catch up with the target (history the draft model had not seen).
     pub caught_up: u64,
     /// Wall time in `next`, ns.
@@ -59,6 +66,8 @@ pub struct ModelDrafter {
     /// Every row, for the margin fallback (None when `head` already is the full head).
     full: Option<SubsetHead>,
     margin: f32,
+    /// Rows outside the shortlist found in each sequence's text (None: full head, or turned off).
+    request: Option<RequestRows>,
     /// Tokens in the draft KV cache, per sequence.
     seqs: Vec<Vec<i32>>,
     logits: Vec<f32>,
@@ -107,6 +116,15 @@ impl ModelDrafter {
             }
             _ => (load(&all)?, None),
         };
+        let request = match &ids {
+            Some(ids) if cfg.request_rows && (ids.len() as u32) < n_vocab => Some(RequestRows::new(
+                HeadInfo::open(&cfg.model).map_err(|e| ModelDraftError::Head(path.clone(), e))?,
+                ids,
+                cfg.n_seq.max(1),
+                opts.clone(),
+            )),
+            _ => None,
+        };
         Ok(ModelDrafter {
             ctx,
             batch: Batch::new(n_batch, 1),
@@ -116,6 +134,7 @@ impl ModelDrafter {
             head,
             full,
             margin: cfg.margin,
+            request,
             seqs: vec![Vec::new(); cfg.n_seq.max(1)],
             ema_ns: None,
             stats: ModelDraftStats { head_skipped, ..ModelDraftStats::default() },
@@ -153,6 +172,11 @@ impl ModelDrafter {
             return self.predict_from(seq, history, 0);
         }
         kv.truncate(keep);
+        if let Some(r) = self.request.as_mut() {
+            if r.update(seq, history, keep).map_err(|e| LlamaError::Context(e.to_string()))? {
+                self.stats.request_rebuilds += 1;
+            }
+        }
         self.predict_from(seq, history, keep)
     }
 
@@ -175,14 +199,24 @@ impl ModelDrafter {
         }
         self.stats.caught_up += (history.len() - from).saturating_sub(1) as u64;
         let h = self.ctx.embeddings(-1);
-        self.head.logits_into(h, 1, &mut self.logits).map_err(|e| LlamaError::Context(e.to_string()))?;
-        let (i1, _, _) = top2(&self.logits);
-        if let Some(full) = self.full.as_mut().filter(|_| needs_full_head(&self.logits, self.margin)) {
-            full.logits_into(h, 1, &mut self.full_logits).map_err(|e| LlamaError::Context(e.to_string()))?;
+        let err = |e: HeadError| LlamaError::Context(e.to_string());
+        self.head.logits_into(h, 1, &mut self.logits).map_err(err)?;
+        let (i1, mut v1, mut v2) = top2(&self.logits);
+        let mut best = self.head.ids()[i1];
+        if let Some((id, b1, b2)) = self.request.as_mut().map(|r| r.top2(seq, h)).transpose().map_err(err)?.flatten() {
+            if b1 > v1 {
+                (best, v2, v1) = (id, v1.max(b2), b1);
+                self.stats.request_hits += 1;
+            } else {
+                v2 = v2.max(b1);
+            }
+        }
+        if let Some(full) = self.full.as_mut().filter(|_| v1 - v2 < self.margin) {
+            full.logits_into(h, 1, &mut self.full_logits).map_err(err)?;
             self.stats.fallbacks += 1;
             return Ok(Some(top2(&self.full_logits).0 as i32));
         }
-        Ok(Some(self.head.ids()[i1] as i32))
+        Ok(Some(best as i32))
     }
 }
 
@@ -208,14 +242,95 @@ impl TokenSource for ModelDrafter {
     fn summary(&self) -> String {
         let s = &self.stats;
         format!(
-            "draft model {} rows{}: {} tokens, {:.2} ms/token, head fallbacks {} ({:.1}%), caught up {}",
+            "draft model {} rows{}: {} tokens, {:.2} ms/token, head fallbacks {} ({:.1}%), request rows gave {} ({} rebuilds), caught up {}",
             self.head.len(),
             if s.head_skipped { "" } else { " (llama.cpp head not skipped)" },
             s.tokens,
             s.ns as f64 / 1e6 / s.tokens.max(1) as f64,
             s.fallbacks,
             100.0 * s.fallbacks as f64 / s.tokens.max(1) as f64,
+            s.request_hits,
+            s.request_rebuilds,
             s.caught_up
         )
+    }
+}
+
+/// Most rows a sequence's request head holds; past it the set starts over from the current text.
+const MAX_REQUEST_ROWS: usize = 8192;
+
+/// The ids of each sequence's own text (prompt and output) that the static shortlist lacks, scored by a
+/// small second head. What a request copies from its prompt (names, e-mail addresses, identifiers) is
+/// often made of rare tokens no frequency-ranked list holds, and those copies are where a draft model
+/// agrees with its target most; the rows are read once per new id, so the cost is one tiny GEMM a step.
+struct RequestRows {
+    info: HeadInfo,
+    opts: HeadOptions,
+    /// Bit i set: id i is in the shortlist.
+    listed: Vec<u64>,
+    seqs: Vec<SeqRows>,
+    logits: Vec<f32>,
+}
+
+#[derive(Default)]
+struct SeqRows {
+    /// Ids of the sequence's text outside the shortlist, in order of appearance.
+    ids: Vec<u32>,
+    seen: ahash::AHashSet<u32>,
+    /// The text before this index has been looked at.
+    scanned: usize,
+    head: Option<SubsetHead>,
+}
+
+impl RequestRows {
+    fn new(info: HeadInfo, shortlist: &[u32], n_seq: usize, opts: HeadOptions) -> RequestRows {
+        let mut listed = vec![0u64; info.n_vocab.div_ceil(64)];
+        for &id in shortlist.iter().filter(|&&id| (id as usize) < info.n_vocab) {
+            listed[id as usize / 64] |= 1 << (id % 64);
+        }
+        RequestRows { info, opts, listed, seqs: (0..n_seq).map(|_| SeqRows::default()).collect(), logits: Vec::new() }
+    }
+
+    /// Takes in `history` (of which the first `keep` tokens were seen before) and rebuilds the sequence's
+    /// head when it brought new ids. Ids only accumulate within a sequence (a rejected draft or an earlier
+    /// request leaves a few extra rows, which cost a little time and nothing in correctness), until the
+    /// cap starts the set over from the current text. Returns whether the head was rebuilt.
+    fn update(&mut self, seq: usize, history: &[i32], keep: usize) -> Result<bool, HeadError> {
+        let (listed, s) = (&self.listed, &mut self.seqs[seq]);
+        let n_vocab = self.info.n_vocab;
+        let outside = |id: u32| (id as usize) < n_vocab && listed[id as usize / 64] >> (id % 64) & 1 == 0;
+        let from = s.scanned.min(keep);
+        s.scanned = history.len();
+        let mut fresh: Vec<u32> = Vec::new();
+        for id in history[from..].iter().map(|&t| t as u32) {
+            if outside(id) && !s.seen.contains(&id) && !fresh.contains(&id) {
+                fresh.push(id);
+            }
+        }
+        if fresh.is_empty() {
+            return Ok(false);
+        }
+        if s.ids.len() + fresh.len() > MAX_REQUEST_ROWS {
+            s.ids.clear();
+            s.seen.clear();
+            let mut uniq = ahash::AHashSet::new();
+            fresh = history.iter().map(|&t| t as u32).filter(|&id| outside(id) && uniq.insert(id)).collect();
+            fresh.truncate(MAX_REQUEST_ROWS);
+        }
+        s.seen.extend(fresh.iter().copied());
+        s.ids.extend(fresh);
+        let raw = self.info.read_rows(&s.ids)?;
+        s.head = Some(SubsetHead::from_rows(&self.info, &s.ids, &raw, &self.opts)?);
+        Ok(true)
+    }
+
+    /// The best and second-best logits of the sequence's request rows for hidden state `h`, with the best
+    /// id (None: no rows yet).
+    fn top2(&mut self, seq: usize, h: &[f32]) -> Result<Option<(u32, f32, f32)>, HeadError> {
+        let Some(head) = self.seqs.get_mut(seq).and_then(|s| s.head.as_mut()) else { return Ok(None) };
+        self.logits.resize(head.len(), 0.0);
+        head.logits_into(h, 1, &mut self.logits)?;
+        let (i, a, b) = top2(&self.logits);
+        Ok(Some((head.ids()[i], a, b)))
     }
 }
