@@ -18,7 +18,7 @@ use std::collections::VecDeque;
 use crate::index::Index;
 use class::{Class, Source, DEFAULT_PRIOR, N_CLASSES};
 use context::{Copy, ContextIndex};
-use control::{best_length, may_pay_more, Acceptance, BetaModel, Rates, DEFAULT_BETA_PRIOR, INVARIANT_DRAFT, MAX_DRAFT};
+use control::{best_length, may_pay_more, Acceptance, BetaModel, Rates, Shared, Verify, DEFAULT_BETA_PRIOR, INVARIANT_DRAFT, MAX_DRAFT};
 pub use stats::Stats;
 
 /// Tokens of context kept with a miss.
@@ -165,8 +165,6 @@ struct Seq {
     /// Consecutive steps that drafted.
     drafting_run: u32,
     last_ns: Option<u64>,
-    /// Tokens the step after the last `propose` verifies (draft + 1).
-    last_verified: usize,
     pending: Vec<Pending>,
     /// History + chain so far, for the draft model.
     model_hist: Vec<i32>,
@@ -183,6 +181,7 @@ pub struct Drafter {
     global: Rates<N_CLASSES>,
     global_acc: Acceptance,
     misses: VecDeque<Miss>,
+    rounds: Rounds,
     source: Option<Box<dyn TokenSource>>,
     /// Steps since the draft model last drafted while it did not pay, and the current probe interval.
     model_wait: u32,
@@ -202,6 +201,7 @@ impl Drafter {
             .collect();
         Drafter {
             beta: BetaModel::new(&cfg.beta_prior),
+            rounds: Rounds::new(cfg.n_seq),
             cfg,
             index,
             seqs,
@@ -256,8 +256,8 @@ impl Drafter {
         s.off_steps = 0;
         s.drafting_run = 0;
         s.last_ns = None;
-        s.last_verified = 1;
         s.pending.clear();
+        self.rounds.record(seq, 1, 1.0);
     }
 
     /// Proposes up to `n_max` tokens to follow `tokens` + `id_last` into `out`; returns how many.
@@ -278,18 +278,20 @@ impl Drafter {
             return 0;
         };
         s.stats.calls += 1;
+        let shared = self.rounds.enter(seq);
         if let Some(prev) = s.last_ns {
-            self.beta
-                .observe(s.last_verified, now_ns.saturating_sub(prev));
+            // The interval since this sequence's last call is one decode of the last round's tokens.
+            self.beta.observe(self.rounds.last_total, now_ns.saturating_sub(prev));
         }
+        let verify = Verify::new(&self.beta, shared);
         s.last_ns = Some(now_ns);
-        s.last_verified = 1;
         s.awaiting_accept = false;
         s.ctx.sync(tokens, id_last);
         resolve_pending(s, &mut self.misses, cfg.miss_capacity);
 
         let n_max = n_max.min(cfg.max_draft);
         if n_max == 0 {
+            self.rounds.record(seq, 1, 1.0);
             return 0;
         }
         let mut est = [0f32; N_CLASSES];
@@ -302,10 +304,10 @@ impl Drafter {
         let (model_len, model_probe) = match model_cost {
             None => (0, false),
             Some(_) if !cfg.adaptive => (n_max, false),
-            Some(d) => match best_length(&p_model[..n_max], &self.beta, &[d; MAX_DRAFT][..n_max], 1.0 + cfg.min_gain) {
+            Some(d) => match best_length(&p_model[..n_max], &verify, &[d; MAX_DRAFT][..n_max], 1.0 + cfg.min_gain) {
                 // A model that would not pay even at `model_probe_alpha` acceptance is not probed: with the
                 // measured β and d nothing it could show would turn it on, and a probe costs a catch-up pass.
-                0 if best_length(&[cfg.model_probe_alpha; MAX_DRAFT][..n_max], &self.beta, &[d; MAX_DRAFT][..n_max], 1.0 + cfg.min_gain) == 0 => {
+                0 if best_length(&[cfg.model_probe_alpha; MAX_DRAFT][..n_max], &verify, &[d; MAX_DRAFT][..n_max], 1.0 + cfg.min_gain) == 0 => {
                     (0, false)
                 }
                 0 => {
@@ -326,7 +328,7 @@ impl Drafter {
             },
         };
         let model = self.source.as_deref_mut().map(|m| (m, seq, model_len));
-        let pos0 = build_chain(self.index.as_ref(), cfg, s, n_max, &est, &self.beta, model);
+        let pos0 = build_chain(self.index.as_ref(), cfg, s, n_max, &est, &verify, model);
 
         let mut p = [0f32; MAX_DRAFT];
         let mut cost = [0f64; MAX_DRAFT];
@@ -335,7 +337,7 @@ impl Drafter {
             cost[i] = if c == Class::MODEL { model_cost.unwrap_or(0.0) } else { 0.0 };
         }
         let n = s.chain.len();
-        let best = best_length(&p[..n], &self.beta, &cost[..n], 1.0 + cfg.min_gain);
+        let best = best_length(&p[..n], &verify, &cost[..n], 1.0 + cfg.min_gain);
         let g = if !cfg.adaptive || model_probe {
             n
         } else if best > 0 && s.drafting_run >= cfg.calibrate_every {
@@ -378,7 +380,8 @@ impl Drafter {
         }
         out.extend_from_slice(&s.draft);
         s.draft_base = base;
-        s.last_verified = g + 1;
+        let expected = 1.0 + p[..g].iter().scan(1.0f64, |run, &pi| { *run *= f64::from(pi); Some(*run) }).sum::<f64>();
+        self.rounds.record(seq, g + 1, expected);
         s.awaiting_accept = g > 0;
         s.drafting_run = if g > 0 { s.drafting_run + 1 } else { 0 };
         if g > 0 {
@@ -460,7 +463,7 @@ fn build_chain(
     s: &mut Seq,
     want: usize,
     est: &[f32; N_CLASSES],
-    beta: &BetaModel,
+    verify: &Verify,
     mut model: Option<(&mut (dyn TokenSource + 'static), usize, usize)>,
 ) -> Option<i32> {
     s.chain.clear();
@@ -472,7 +475,7 @@ fn build_chain(
     let mut uncovered = None;
     let (mut expected, mut run, mut best) = (1.0f64, 1.0f64, 1.0 + cfg.min_gain);
     for i in 0..want {
-        if cfg.adaptive && !may_pay_more(expected, run, best, beta, i, want) {
+        if cfg.adaptive && !may_pay_more(expected, run, best, verify, i, want) {
             break;
         }
         let pack = index
@@ -510,11 +513,52 @@ fn build_chain(
         let Some((t, c)) = next else { break };
         run *= f64::from(est[c.index()]);
         expected += run;
-        best = best.max(expected / beta.beta(i + 2));
+        best = best.max(verify.score(expected, i + 1, 0.0));
         s.chain.push((t, c));
         s.scratch.push(t);
     }
     uncovered
+}
+
+/// Which sequences share llama-server's decode calls. Each server step drafts for every generating slot
+/// (one call each, in a row), then verifies all their tokens in one batch; a sequence calling again marks
+/// the next step. Sequences of the current or the last step count as sharing this one.
+struct Rounds {
+    now: Vec<bool>,
+    prev: Vec<bool>,
+    /// Per sequence: tokens (1 + drafted) of its latest proposal, and what it is expected to yield.
+    tokens: Vec<usize>,
+    expected: Vec<f64>,
+    /// Tokens the last complete step verified.
+    last_total: usize,
+}
+
+impl Rounds {
+    fn new(n_seq: usize) -> Rounds {
+        Rounds { now: vec![false; n_seq], prev: vec![false; n_seq], tokens: vec![1; n_seq], expected: vec![1.0; n_seq], last_total: 1 }
+    }
+
+    /// `seq` drafts: returns what the other sequences put into the same call (those not yet called in
+    /// this step as they did in the last).
+    fn enter(&mut self, seq: usize) -> Shared {
+        if self.now[seq] {
+            self.last_total = (0..self.now.len()).filter(|&j| self.now[j]).map(|j| self.tokens[j]).sum();
+            std::mem::swap(&mut self.now, &mut self.prev);
+            self.now.fill(false);
+        }
+        self.now[seq] = true;
+        let mut shared = Shared::default();
+        for j in (0..self.now.len()).filter(|&j| j != seq && (self.now[j] || self.prev[j])) {
+            shared.tokens += self.tokens[j];
+            shared.expected += self.expected[j];
+        }
+        shared
+    }
+
+    fn record(&mut self, seq: usize, tokens: usize, expected: f64) {
+        self.tokens[seq] = tokens;
+        self.expected[seq] = expected;
+    }
 }
 
 /// A pending miss at `pos`, whose context is the end of `hist` followed by `extra`.
@@ -622,6 +666,27 @@ mod tests {
             now += step_ns * (g as u64 + 1);
         }
         (calls.load(std::sync::atomic::Ordering::Relaxed), d.global_stats())
+    }
+
+    #[test]
+    fn rounds_see_what_other_slots_put_into_the_call() {
+        let mut r = Rounds::new(3);
+        assert_eq!(r.enter(0), Shared::default(), "alone so far");
+        r.record(0, 4, 2.5);
+        assert_eq!(r.enter(1), Shared { tokens: 4, expected: 2.5 });
+        r.record(1, 1, 1.0);
+        // Sequence 0 again: the step with 4 + 1 tokens was decoded; 1 has not drafted in this one yet but
+        // did in the last, so it counts with what it put in then.
+        assert_eq!(r.enter(0), Shared { tokens: 1, expected: 1.0 });
+        assert_eq!(r.last_total, 5);
+        r.record(0, 1, 1.0);
+        assert_eq!(r.enter(1), Shared { tokens: 1, expected: 1.0 }, "0 is in this step already, with its new proposal");
+        r.record(1, 3, 2.0);
+        assert_eq!(r.enter(0), Shared { tokens: 3, expected: 2.0 });
+        assert_eq!(r.last_total, 4);
+        r.record(0, 1, 1.0);
+        assert_eq!(r.enter(0), Shared::default(), "1 did not draft in the last step: its request is over");
+        assert_eq!(r.last_total, 1);
     }
 
     #[test]

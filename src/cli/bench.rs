@@ -16,7 +16,7 @@ pub struct BenchArgs {
     /// Workloads: json-extraction, humaneval, mt-bench, mt-bench:CATEGORY, or .jsonl files, comma-separated.
     #[arg(long, value_delimiter = ',')]
     workloads: Option<Vec<String>>,
-    /// Configurations (default: all): none, ngram-simple, ngram-map-k, ngram-mod, ngram-cache, draft-simple,
+    /// Configurations (default: all): none, none-strict, ngram-simple, ngram-map-k, ngram-mod, ngram-cache, draft-simple,
     /// kolm-pack, kolm-pack+ctx, kolm-shortlist, kolm-pack+shortlist.
     #[arg(long)]
     configs: Option<String>,

@@ -43,6 +43,9 @@ const OUTLIER: f64 = 20.0;
 
 const BUCKETS: usize = MAX_DRAFT + 2;
 
+/// Most tokens one decode call takes under strict batching (`GGML_CPU_BATCH_INVARIANT_MAX`).
+pub const CALL_MAX: usize = INVARIANT_DRAFT + 1;
+
 /// Verify cost β(m) relative to a plain one-token step, learned from step durations.
 #[derive(Clone, Debug)]
 pub struct BetaModel {
@@ -76,10 +79,16 @@ impl BetaModel {
         }
     }
 
-    /// β for `verified` tokens (1 = plain step).
+    /// β for `verified` tokens (1 = plain step). Past [`CALL_MAX`] tokens llama-server splits the batch into
+    /// calls of at most that many (patch 0004), each paying its own fixed cost.
     #[inline]
     pub fn beta(&self, verified: usize) -> f64 {
-        self.beta[verified.clamp(1, BUCKETS - 1)]
+        let v = verified.max(1);
+        if v <= CALL_MAX {
+            return self.beta[v];
+        }
+        let (calls, rest) = (v / CALL_MAX, v % CALL_MAX);
+        calls as f64 * self.beta[CALL_MAX] + if rest > 0 { self.beta[rest] } else { 0.0 }
     }
 
     /// Current table: element g is β(g + 1), the cost of a step verifying g drafted tokens.
@@ -89,7 +98,10 @@ impl BetaModel {
 
     /// Records that a step verifying `verified` tokens took `dt_ns`.
     pub fn observe(&mut self, verified: usize, dt_ns: u64) {
-        let m = verified.clamp(1, BUCKETS - 1);
+        if verified > CALL_MAX {
+            return; // several decode calls: no one bucket's cost
+        }
+        let m = verified.max(1);
         let dt = dt_ns as f64;
         if let Some(unit) = self.unit_ns() {
             if dt > OUTLIER * self.beta[m] * unit {
@@ -208,26 +220,63 @@ impl<const N: usize> Rates<N> {
 /// Per drafted position.
 pub type Acceptance = Rates<MAX_DRAFT>;
 
-/// True while drafting further could still beat `best`, the best score E/β among the draft's prefixes so
-/// far: the draft has `drafted` tokens, expects `expected` tokens from its verify step and reaches its last
+/// What the other sequences put into the same verify call when llama-server runs several slots: the
+/// tokens they add and the tokens they are expected to yield. Batched tokens are cheap next to a call's
+/// fixed cost (β(5) − β(4) ≈ 0.2 here, against β(2) − β(1) ≈ 0.8), but a draft slows the whole call, so it
+/// must pay for the others' tokens too.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Shared {
+    pub tokens: usize,
+    pub expected: f64,
+}
+
+/// The verify cost a sequence sees: β and what the other sequences share the call with.
+pub struct Verify<'a> {
+    beta: &'a BetaModel,
+    shared: Shared,
+    /// Tokens per unit of cost of the call with no draft from this sequence.
+    plain: f64,
+}
+
+impl<'a> Verify<'a> {
+    pub fn new(beta: &'a BetaModel, shared: Shared) -> Verify<'a> {
+        Verify { beta, shared, plain: (shared.expected + 1.0) / beta.beta(shared.tokens + 1) }
+    }
+
+    /// A sequence alone in its verify calls (`-np 1`).
+    pub fn alone(beta: &'a BetaModel) -> Verify<'a> {
+        Verify::new(beta, Shared::default())
+    }
+
+    /// Tokens per unit of cost of a call in which this sequence verifies `drafted` tokens expected to yield
+    /// `expected` (1 + accepted) and spends `spent` plain steps drafting them, relative to not drafting
+    /// (score 1). Alone, this is E / (β(γ + 1) + spent).
+    #[inline]
+    pub fn score(&self, expected: f64, drafted: usize, spent: f64) -> f64 {
+        (self.shared.expected + expected) / (self.beta.beta(self.shared.tokens + drafted + 1) + spent) / self.plain
+    }
+}
+
+/// True while drafting further could still beat `best`, the best score among the draft's prefixes so far:
+/// the draft has `drafted` tokens, expects `expected` tokens from its verify step and reaches its last
 /// token with chance `run`. Even if every later token were sure, a draft of L tokens would expect at most
-/// `expected + run·(L − drafted)` for β(L + 1); if no L up to `max_len` beats `best` that way, nothing can.
+/// `expected + run·(L − drafted)`; if no L up to `max_len` beats `best` that way, nothing can.
 /// (All lengths are looked at, not just the next: a measured β table has steps and flat stretches.)
-pub fn may_pay_more(expected: f64, run: f64, best: f64, beta: &BetaModel, drafted: usize, max_len: usize) -> bool {
-    (drafted + 1..=max_len).any(|l| (expected + run * (l - drafted) as f64) / beta.beta(l + 1) > best + 1e-9)
+pub fn may_pay_more(expected: f64, run: f64, best: f64, v: &Verify, drafted: usize, max_len: usize) -> bool {
+    (drafted + 1..=max_len).any(|l| v.score(expected + run * (l - drafted) as f64, l, 0.0) > best + 1e-9)
 }
 
 /// Draft length in `0..=p.len()` maximising expected tokens per unit of cost; `cost[i]` is what drafting
 /// token i costs relative to a plain step (0 for pack and n-gram tokens, d for a draft model's). A draft
 /// must score above `floor` (1 = a plain step) to be chosen over none.
-pub fn best_length(p: &[f32], beta: &BetaModel, cost: &[f64], floor: f64) -> usize {
+pub fn best_length(p: &[f32], v: &Verify, cost: &[f64], floor: f64) -> usize {
     let (mut best, mut best_score) = (0, floor);
     let (mut expected, mut run, mut spent) = (1.0, 1.0, 0.0);
     for (i, &pi) in p.iter().enumerate() {
         run *= f64::from(pi);
         expected += run;
         spent += cost.get(i).copied().unwrap_or(0.0);
-        let score = expected / (beta.beta(i + 2) + spent);
+        let score = v.score(expected, i + 1, spent);
         if score > best_score + 1e-9 {
             (best, best_score) = (i + 1, score);
         }
@@ -270,21 +319,37 @@ mod tests {
     fn best_length_trades_acceptance_against_cost() {
         let b = BetaModel::new(DEFAULT_BETA_PRIOR);
         assert_eq!(
-            best_length(&[0.3; 4], &b, &[], 1.0),
+            best_length(&[0.3; 4], &Verify::alone(&b), &[], 1.0),
             0,
             "low acceptance: don't draft"
         );
-        assert_eq!(best_length(&[0.7; 4], &b, &[], 1.0), 0, "70% does not pay for β(2) = 1.77");
-        assert_eq!(best_length(&[0.85; 2], &b, &[], 1.0), 2);
-        assert_eq!(best_length(&[0.85; 2], &b, &[0.35; 2], 1.0), 0, "a draft model's cost makes it not pay");
-        assert!(best_length(&[1.0; 4], &b, &[], 1.0) >= 1);
-        assert_eq!(best_length(&[0.85; 2], &b, &[], 1.2), 0, "a draft must beat the floor");
+        assert_eq!(best_length(&[0.7; 4], &Verify::alone(&b), &[], 1.0), 0, "70% does not pay for β(2) = 1.77");
+        assert_eq!(best_length(&[0.85; 2], &Verify::alone(&b), &[], 1.0), 2);
+        assert_eq!(best_length(&[0.85; 2], &Verify::alone(&b), &[0.35; 2], 1.0), 0, "a draft model's cost makes it not pay");
+        assert!(best_length(&[1.0; 4], &Verify::alone(&b), &[], 1.0) >= 1);
+        assert_eq!(best_length(&[0.85; 2], &Verify::alone(&b), &[], 1.2), 0, "a draft must beat the floor");
         let flat = BetaModel::new(&[(1, 1.0), (16, 1.0)]);
         assert_eq!(
-            best_length(&[0.5; 4], &flat, &[], 1.0),
+            best_length(&[0.5; 4], &Verify::alone(&flat), &[], 1.0),
             4,
             "free verification: draft all"
         );
+    }
+
+    #[test]
+    fn a_shared_call_makes_drafting_cheaper_but_not_free() {
+        let b = BetaModel::new(DEFAULT_BETA_PRIOR);
+        let four = Shared { tokens: 3, expected: 3.0 };
+        let v = Verify::new(&b, four);
+        assert!((v.score(1.0, 0, 0.0) - 1.0).abs() < 1e-12, "not drafting scores 1");
+        assert_eq!(best_length(&[0.5], &Verify::alone(&b), &[], 1.0), 0, "alone, 50% does not pay for β(2)");
+        assert_eq!(best_length(&[0.5], &v, &[], 1.0), 1, "three other tokens in the call: β(5)/β(4) = 1.06");
+        // The others' tokens wait for this draft too: 20% pays for the token but not for the others' time.
+        assert!(((3.0 + 1.2) / b.beta(5)) < 4.0 / b.beta(4));
+        assert_eq!(best_length(&[0.2], &v, &[], 1.0), 0);
+        // Past 16 tokens a call is split in two (patch 0004), and the second costs a whole call again.
+        assert!(b.beta(17) - b.beta(16) >= 0.99, "{} {}", b.beta(17), b.beta(16));
+        assert!((b.beta(40) - (2.0 * b.beta(16) + b.beta(8))).abs() < 1e-9);
     }
 
     #[test]
@@ -303,21 +368,21 @@ mod tests {
     #[test]
     fn extending_stops_when_no_token_could_pay() {
         let cpu = BetaModel::new(DEFAULT_BETA_PRIOR);
-        assert!(may_pay_more(1.0, 1.0, 1.0, &cpu, 0, 15), "a sure first token always may");
-        assert!(!may_pay_more(1.3, 0.3, 1.0, &cpu, 1, 15), "reached 30% of the time: no longer draft can pay");
+        assert!(may_pay_more(1.0, 1.0, 1.0, &Verify::alone(&cpu), 0, 15), "a sure first token always may");
+        assert!(!may_pay_more(1.3, 0.3, 1.0, &Verify::alone(&cpu), 1, 15), "reached 30% of the time: no longer draft can pay");
         let flat = BetaModel::new(&[(1, 1.0), (17, 1.1)]);
-        assert!(may_pay_more(1.3, 0.3, 1.0, &flat, 1, 15), "nearly free verification: keep going");
+        assert!(may_pay_more(1.3, 0.3, 1.0, &Verify::alone(&flat), 1, 15), "nearly free verification: keep going");
         // A step in β (8 → 9 tokens verified) does not end a draft that pays again further on.
         let stepped = BetaModel::new(&[(1, 1.0), (8, 4.47), (9, 5.57), (16, 8.3)]);
         let e7 = 8.0; // seven sure tokens
-        assert!(may_pay_more(e7, 1.0, e7 / 4.47, &stepped, 7, 15));
+        assert!(may_pay_more(e7, 1.0, e7 / 4.47, &Verify::alone(&stepped), 7, 15));
         // Against the exhaustive rule: whenever extending is refused, no longer draft scores better.
         for &q in &[0.2f32, 0.5, 0.8, 0.95, 1.0] {
             let p = [q; 15];
             let (mut e, mut run, mut best) = (1.0, 1.0, 1.0f64);
             for (i, &pi) in p.iter().enumerate() {
-                if !may_pay_more(e, run, best, &cpu, i, p.len()) {
-                    assert!(best_length(&p, &cpu, &[], 1.0) <= i, "q {q}: stopped at {i}, best is {}", best_length(&p, &cpu, &[], 1.0));
+                if !may_pay_more(e, run, best, &Verify::alone(&cpu), i, p.len()) {
+                    assert!(best_length(&p, &Verify::alone(&cpu), &[], 1.0) <= i, "q {q}: stopped at {i}, best is {}", best_length(&p, &Verify::alone(&cpu), &[], 1.0));
                     break;
                 }
                 run *= f64::from(pi);
