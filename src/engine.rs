@@ -47,7 +47,7 @@ pub struct DraftChoice {
 }
 
 /// Default margin fallback: a subset top-1 − top-2 logit margin below this scores the full head.
-pub const DEFAULT_MARGIN: f32 = 0.5;
+pub const DEFAULT_MARGIN: f32 = 1.0;
 
 /// `draft.gguf` → `draft.shortlist.json` beside it.
 pub fn shortlist_beside(model_path: &Path) -> PathBuf {
