@@ -790,7 +790,7 @@ mod tests {
         d.begin(0, toks);
         let mut out = Vec::new();
         let g = d.propose(0, toks, *last, 15, 0, &mut out);
-        assert!(g >= 4, "a copy after a 20-token match drafts several tokens: {g}");
+        assert!(g >= 3, "a copy after a 20-token match drafts several tokens: {g}");
         assert_eq!(out, passage[20..20 + g]);
         // A 2-token match: a copy from it is not worth a verify step.
         let short = [10, 11, 12, 13, 50, 51, 11];
