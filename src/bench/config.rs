@@ -27,7 +27,6 @@ pub mod plugin_keys {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum ConfigKind {
     None,
-    NoneStrict,
     NgramSimple,
     NgramMapK,
     NgramMod,
@@ -43,9 +42,8 @@ pub enum ConfigKind {
 
 impl ConfigKind {
     /// Every configuration, in report order.
-    pub const ALL: [ConfigKind; 13] = [
+    pub const ALL: [ConfigKind; 12] = [
         ConfigKind::None,
-        ConfigKind::NoneStrict,
         ConfigKind::NgramSimple,
         ConfigKind::NgramMapK,
         ConfigKind::NgramMod,
@@ -62,7 +60,6 @@ impl ConfigKind {
     pub fn name(self) -> &'static str {
         match self {
             ConfigKind::None => "none",
-            ConfigKind::NoneStrict => "none-strict",
             ConfigKind::NgramSimple => "ngram-simple",
             ConfigKind::NgramMapK => "ngram-map-k",
             ConfigKind::NgramMod => "ngram-mod",
@@ -217,8 +214,6 @@ fn plan_one(kind: ConfigKind, a: &Assets) -> Planned {
     };
     let result: Result<Config, String> = match kind {
         ConfigKind::None => Ok(base(vec![])),
-        // No speculation, but the scheduling the plugin turns on (patch 0004): what exactness costs by itself.
-        ConfigKind::NoneStrict => Ok(base(vec!["--strict-batching".into()])),
         ConfigKind::NgramSimple => Ok(base(spec("ngram-simple"))),
         ConfigKind::NgramMapK => Ok(base(spec("ngram-map-k"))),
         ConfigKind::NgramMod => Ok(base(spec("ngram-mod"))),

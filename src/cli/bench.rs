@@ -16,8 +16,8 @@ pub struct BenchArgs {
     /// Workloads: json-extraction, humaneval, mt-bench, mt-bench:CATEGORY, or .jsonl files, comma-separated.
     #[arg(long, value_delimiter = ',')]
     workloads: Option<Vec<String>>,
-    /// Configurations (default: all): none, none-strict, ngram-simple, ngram-map-k, ngram-mod, ngram-cache, draft-simple,
-    /// kolm-pack, kolm-pack+ctx, kolm-shortlist, kolm-pack+shortlist.
+    /// Configurations (default: all): none, ngram-simple, ngram-map-k, ngram-mod, ngram-cache, draft-simple,
+    /// kolm-pack, kolm-pack+ctx, kolm-shortlist, kolm-pack+shortlist, kolm-shortlist-fixed, kolm-fullhead-fixed.
     #[arg(long)]
     configs: Option<String>,
     /// Tokens generated per request (greedy).
