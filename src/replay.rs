@@ -6,7 +6,9 @@
 //! close to), which is how tokens per verify step and acceptance carry over to other hardware. Greedy
 //! verification keeps a drafted token exactly when it equals the recorded one, so the replay is exact.
 
-use crate::draft::Drafter;
+use crate::draft::context::ContextIndex;
+use crate::draft::{Drafter, DrafterConfig};
+use crate::index::Index;
 
 /// One recorded request: the prompt's tokens and the target's greedy continuation.
 #[derive(Clone, Debug)]
@@ -92,6 +94,50 @@ pub fn replay(d: &mut Drafter, runs: &[Recorded], n_max: usize, beta: impl Fn(us
     (each, total)
 }
 
+/// The ceiling of the evidence itself: at every position the pack's recipe (as confident as the drafter
+/// asks) and the request's copy (as long a match as it asks) are looked up on the true history, and an
+/// oracle drafts exactly the runs where one of them is right, up to `n_max`, and nothing else. No control
+/// can tell right proposals from wrong ones better than this, so it is the ceiling of the drafter with the
+/// same evidence (up to a copy that runs on where a fresh lookup would jump elsewhere); the distance to it
+/// is what not knowing which proposals are right costs.
+pub fn oracle(index: Option<&Index>, cfg: &DrafterConfig, runs: &[Recorded], n_max: usize, beta: impl Fn(usize) -> f64) -> Replayed {
+    let mut total = Replayed::default();
+    let mut ctx = ContextIndex::new(cfg.ctx_max_n);
+    for r in runs {
+        let Some((&first, rest)) = r.output.split_first() else { continue };
+        ctx.reset(&r.prompt);
+        let mut hist = r.prompt.clone();
+        // right[i]: some source proposes rest[i] after prompt + output[..=i].
+        let mut right = Vec::with_capacity(rest.len());
+        let mut last = first;
+        for &t in rest {
+            ctx.sync(&hist, last);
+            hist.push(last);
+            let pack = index
+                .and_then(|ix| ix.lookup(&hist))
+                .filter(|h| h.confidence() >= cfg.min_confidence && h.count >= cfg.min_count)
+                .is_some_and(|h| h.token == t);
+            let copy = cfg.use_context && ctx.find(&[], cfg.ctx_min_n).is_some_and(|c| ctx.token(c) == t);
+            right.push(pack || copy);
+            last = t;
+        }
+        let mut m = Replayed { tokens: rest.len(), ..Replayed::default() };
+        let mut i = 0;
+        while i < rest.len() {
+            // One pass: the target's token at i, then the run of right proposals after it.
+            let run = right[i + 1..].iter().take(n_max).take_while(|&&ok| ok).count();
+            let cost = beta(run + 1);
+            m.passes += 1;
+            m.cost += cost;
+            m.drafted += run;
+            m.accepted += run;
+            i += run + 1;
+        }
+        total.add(&m);
+    }
+    total
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -120,6 +166,27 @@ mod tests {
         assert!(total.tokens <= total.accepted + total.passes && total.accepted + total.passes <= total.tokens + runs.len(), "{total:?}");
         assert!(total.speedup() > 3.0, "{total:?}");
         assert!(total.acceptance() > 0.8, "{total:?}");
+    }
+
+    #[test]
+    fn the_oracle_drafts_every_right_run_and_bounds_the_drafter() {
+        let runs = [copying(), copying()];
+        let cfg = DrafterConfig::default();
+        let free = oracle(None, &cfg, &runs, 15, |_| 1.0);
+        assert_eq!(free.tokens, 2 * 62);
+        assert_eq!(free.drafted, free.accepted);
+        // The copied passage is right from its third token on (a copy needs a 2-token match); the tail is not.
+        let mut d = Drafter::new(None, DrafterConfig::default());
+        let (_, real) = replay(&mut d, &runs, 15, |_| 1.0, 1e6);
+        assert!(free.speedup() >= real.speedup(), "oracle {free:?} below the drafter {real:?}");
+        let cpu = |m: usize| if m == 1 { 1.0 } else { 1.6 + 0.5 * (m - 2) as f64 };
+        let mut d = Drafter::new(None, DrafterConfig::default());
+        let (_, real) = replay(&mut d, &runs, 15, cpu, 1e6);
+        assert!(oracle(None, &cfg, &runs, 15, cpu).speedup() >= real.speedup());
+        // Nothing to copy, nothing right: one pass per token.
+        let flat = [Recorded { prompt: vec![1, 2, 3], output: (10..30).collect() }];
+        let o = oracle(None, &cfg, &flat, 15, |_| 1.0);
+        assert_eq!((o.passes, o.drafted, o.tokens), (19, 0, 19));
     }
 
     #[test]

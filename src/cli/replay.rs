@@ -5,7 +5,7 @@ use super::CliResult;
 use kolm_rsd::draft::control::{BetaModel, DEFAULT_BETA_PRIOR, INVARIANT_DRAFT};
 use kolm_rsd::draft::{Drafter, DrafterConfig};
 use kolm_rsd::llama::{self, Model, ModelOptions};
-use kolm_rsd::replay::{replay, Recorded, Replayed};
+use kolm_rsd::replay::{oracle, replay, Recorded, Replayed};
 use kolm_rsd::teacher::Teacher;
 use kolm_rsd::{compile, engine, workload};
 use std::path::PathBuf;
@@ -69,9 +69,9 @@ pub fn run(a: &ReplayArgs) -> CliResult {
     );
     println!("\n| clock | speedup | tokens per pass | drafted | accepted | α | per prompt |\n|---|---:|---:|---:|---:|---:|---|");
     let index = pack.as_deref().map(|p| engine::load_index(p, &model)).transpose()?;
+    let cfg = DrafterConfig { use_context: !a.no_context, ..DrafterConfig::default() };
     for (name, beta) in clocks {
-        let cfg = DrafterConfig { use_context: !a.no_context, ..DrafterConfig::default() };
-        let mut d = Drafter::new(index.clone(), cfg);
+        let mut d = Drafter::new(index.clone(), cfg.clone());
         let (each, t) = replay(&mut d, &runs, INVARIANT_DRAFT, beta, 1e6);
         let per: Vec<String> = each.iter().map(|r: &Replayed| format!("{:.2}", r.speedup())).collect();
         println!(
@@ -82,6 +82,14 @@ pub fn run(a: &ReplayArgs) -> CliResult {
             t.accepted,
             t.acceptance(),
             per.join(" ")
+        );
+        let o = oracle(index.as_ref(), &cfg, &runs, INVARIANT_DRAFT, beta);
+        println!(
+            "| … oracle: every run of right proposals drafted, nothing else | {:.3} | {:.2} | {} | {} | 1.00 | |",
+            o.speedup(),
+            o.tokens_per_pass(),
+            o.drafted,
+            o.accepted
         );
     }
     Ok(())
