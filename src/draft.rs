@@ -485,7 +485,7 @@ fn build_chain(
         if cfg.use_context && copy.is_none() {
             copy = s.ctx.find(&s.scratch[keep..], cfg.ctx_min_n);
         }
-        let copied = copy.map(|c| (s.ctx.token(c), Class::copy(c.len)));
+        let copied = copy.map(|c| (s.ctx.token(c), Class::copy(c.len, c.ambiguous)));
         if i == 0 && pack.is_none() {
             uncovered = copied.map(|(t, _)| t);
         }
