@@ -489,11 +489,11 @@ fn build_chain(
         if i == 0 && pack.is_none() {
             uncovered = copied.map(|(t, _)| t);
         }
-        // A copy the pack contradicts is evidence of its own kind, learned apart from uncontested copies.
+        // Agreement is evidence of its own kind; where they disagree the request's own text wins (a recipe
+        // it contradicts was right 0–12% of the time on held-out answers).
         let mut next = match (pack, copied) {
-            (Some(a), Some(b)) if a.0 == b.0 => Some(if est[b.1.index()] > est[a.1.index()] { b } else { a }),
-            (Some(a), Some(b)) if est[b.1.index()] > est[a.1.index()] => Some((b.0, Class::CONTESTED_COPY)),
-            (a, b) => a.or(b),
+            (Some(a), Some(b)) if a.0 == b.0 => Some((a.0, Class::AGREED)),
+            (a, b) => b.or(a),
         };
         // A copy runs on while its tokens are taken; once the chain leaves it, the next token looks again.
         copy = match (copy, next) {
