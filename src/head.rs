@@ -337,10 +337,10 @@ pub fn top2(logits: &[f32]) -> (usize, f32, f32) {
     (i1, v1, v2)
 }
 
-/// The margin fallback: score the full head when the subset's top-1 − top-2 margin is under `threshold`.
-pub fn needs_full_head(subset_logits: &[f32], threshold: f32) -> bool {
-    let (_, a, b) = top2(subset_logits);
-    a - b < threshold
+/// The margin fallback: score the full head when the subset's top-1 − top-2 logit margin is under
+/// `threshold` (the two best logits of every row scored, [`top2`] of them).
+pub fn needs_full_head(top1: f32, top2: f32, threshold: f32) -> bool {
+    top1 - top2 < threshold
 }
 
 /// The whole head in memory in its quantized type (q8_0: 1.06 bytes a weight), for exact logits of single
@@ -678,8 +678,9 @@ mod tests {
     #[test]
     fn top2_and_margin() {
         assert_eq!(top2(&[1.0, 5.0, 4.5, 2.0]), (1, 5.0, 4.5));
-        assert!(needs_full_head(&[1.0, 5.0, 4.5], 0.6));
-        assert!(!needs_full_head(&[1.0, 5.0, 4.5], 0.5));
+        let (_, a, b) = top2(&[1.0, 5.0, 4.5]);
+        assert!(needs_full_head(a, b, 0.6));
+        assert!(!needs_full_head(a, b, 0.5));
     }
 
     /// Householder reflection I − 2vvᵀ/‖v‖²: symmetric and orthogonal, so its rows are orthonormal.

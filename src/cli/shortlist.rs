@@ -3,7 +3,7 @@
 use super::CliResult;
 use indicatif::{ProgressBar, ProgressStyle};
 use kolm_rsd::compile::templated;
-use kolm_rsd::head::{certify, exact_dot, principal_directions, top2, HeadInfo, HeadOptions, HeadRows, ProjectedBound, SubsetHead};
+use kolm_rsd::head::{certify, exact_dot, needs_full_head, principal_directions, top2, HeadInfo, HeadOptions, HeadRows, ProjectedBound, SubsetHead};
 use kolm_rsd::llama::{self, argmax, Model, ModelOptions, Token};
 use kolm_rsd::pack::write_atomic;
 use kolm_rsd::engine::model_fingerprint;
@@ -420,7 +420,7 @@ fn report(a: &ReportArgs) -> CliResult {
                 let ok = sub == full_arg[pos];
                 plain_ok += ok as usize;
                 for (j, &m) in a.margins.iter().enumerate() {
-                    if v1 - v2 >= m {
+                    if !needs_full_head(v1, v2, m) {
                         answered[j] += 1;
                         agree[j] += ok as usize;
                     } else {

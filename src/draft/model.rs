@@ -4,7 +4,7 @@
 //! full head.
 
 use super::TokenSource;
-use crate::head::{top2, HeadError, HeadInfo, HeadOptions, SubsetHead};
+use crate::head::{needs_full_head, top2, HeadError, HeadInfo, HeadOptions, SubsetHead};
 use crate::llama::{Batch, Context, ContextOptions, LlamaError, Model, ModelOptions};
 use crate::shortlist::Shortlist;
 use std::path::PathBuf;
@@ -211,7 +211,7 @@ impl ModelDrafter {
                 v2 = v2.max(b1);
             }
         }
-        if let Some(full) = self.full.as_mut().filter(|_| v1 - v2 < self.margin) {
+        if let Some(full) = self.full.as_mut().filter(|_| needs_full_head(v1, v2, self.margin)) {
             full.logits_into(h, 1, &mut self.full_logits).map_err(err)?;
             self.stats.fallbacks += 1;
             return Ok(Some(top2(&self.full_logits).0 as i32));
