@@ -104,7 +104,13 @@ impl ModelDrafter {
         let all: Vec<u32> = (0..n_vocab).collect();
         let opts = HeadOptions { n_threads: cfg.n_threads.max(1), best_device: false };
         let path = cfg.model.display().to_string();
-        let load = |ids: &[u32]| SubsetHead::from_gguf(&cfg.model, ids, &opts).map_err(|e| ModelDraftError::Head(path.clone(), e));
+        let head_err = |e| ModelDraftError::Head(path.clone(), e);
+        // The GGUF is parsed once for every head made from it.
+        let info = HeadInfo::open(&cfg.model).map_err(head_err)?;
+        let load = |ids: &[u32]| {
+            let raw = info.read_rows(ids).map_err(head_err)?;
+            SubsetHead::from_rows(&info, ids, &raw, &opts).map_err(head_err)
+        };
         let ids = match &cfg.shortlist {
             Some(p) => Some(Shortlist::load(p, &model).map_err(|e| ModelDraftError::Shortlist(e.to_string()))?.ids),
             None => None,
@@ -117,12 +123,9 @@ impl ModelDrafter {
             _ => (load(&all)?, None),
         };
         let request = match &ids {
-            Some(ids) if cfg.request_rows && (ids.len() as u32) < n_vocab => Some(RequestRows::new(
-                HeadInfo::open(&cfg.model).map_err(|e| ModelDraftError::Head(path.clone(), e))?,
-                ids,
-                cfg.n_seq.max(1),
-                opts.clone(),
-            )),
+            Some(ids) if cfg.request_rows && (ids.len() as u32) < n_vocab => {
+                Some(RequestRows::new(info.clone(), ids, cfg.n_seq.max(1), opts.clone()))
+            }
             _ => None,
         };
         Ok(ModelDrafter {
@@ -301,24 +304,17 @@ impl RequestRows {
         let outside = |id: u32| (id as usize) < n_vocab && listed[id as usize / 64] >> (id % 64) & 1 == 0;
         let from = s.scanned.min(keep);
         s.scanned = history.len();
-        let mut fresh: Vec<u32> = Vec::new();
-        for id in history[from..].iter().map(|&t| t as u32) {
-            if outside(id) && !s.seen.contains(&id) && !fresh.contains(&id) {
-                fresh.push(id);
-            }
-        }
+        let fresh: Vec<u32> = history[from..].iter().map(|&t| t as u32).filter(|&id| outside(id) && s.seen.insert(id)).collect();
         if fresh.is_empty() {
             return Ok(false);
         }
         if s.ids.len() + fresh.len() > MAX_REQUEST_ROWS {
-            s.ids.clear();
+            // Start over from the current text; `take` stops the filter, so `seen` holds the kept ids only.
             s.seen.clear();
-            let mut uniq = ahash::AHashSet::new();
-            fresh = history.iter().map(|&t| t as u32).filter(|&id| outside(id) && uniq.insert(id)).collect();
-            fresh.truncate(MAX_REQUEST_ROWS);
+            s.ids = history.iter().map(|&t| t as u32).filter(|&id| outside(id) && s.seen.insert(id)).take(MAX_REQUEST_ROWS).collect();
+        } else {
+            s.ids.extend(fresh);
         }
-        s.seen.extend(fresh.iter().copied());
-        s.ids.extend(fresh);
         let raw = self.info.read_rows(&s.ids)?;
         s.head = Some(SubsetHead::from_rows(&self.info, &s.ids, &raw, &self.opts)?);
         Ok(true)
