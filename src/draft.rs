@@ -79,6 +79,13 @@ pub struct DrafterConfig {
     pub use_context: bool,
 }
 
+impl DrafterConfig {
+    /// The pack's recipe for the end of `history`, if it is as sure as this configuration asks.
+    pub fn recipe(&self, index: &Index, history: &[i32]) -> Option<crate::index::Hit> {
+        index.lookup(history).filter(|h| h.confidence() >= self.min_confidence && h.count >= self.min_count)
+    }
+}
+
 impl Default for DrafterConfig {
     fn default() -> Self {
         DrafterConfig {
@@ -479,8 +486,7 @@ fn build_chain(
             break;
         }
         let pack = index
-            .and_then(|ix| ix.lookup(&s.scratch))
-            .filter(|h| h.confidence() >= cfg.min_confidence && h.count >= cfg.min_count)
+            .and_then(|ix| cfg.recipe(ix, &s.scratch))
             .map(|h| (h.token, Class::pack(h.kind, h.count, h.confidence())));
         if cfg.use_context && copy.is_none() {
             copy = s.ctx.find(&s.scratch[keep..], cfg.ctx_min_n);

@@ -113,10 +113,7 @@ pub fn oracle(index: Option<&Index>, cfg: &DrafterConfig, runs: &[Recorded], n_m
         for &t in rest {
             ctx.sync(&hist, last);
             hist.push(last);
-            let pack = index
-                .and_then(|ix| ix.lookup(&hist))
-                .filter(|h| h.confidence() >= cfg.min_confidence && h.count >= cfg.min_count)
-                .is_some_and(|h| h.token == t);
+            let pack = index.and_then(|ix| cfg.recipe(ix, &hist)).is_some_and(|h| h.token == t);
             let copy = cfg.use_context && ctx.find(&[], cfg.ctx_min_n).is_some_and(|c| ctx.token(c) == t);
             right.push(pack || copy);
             last = t;
