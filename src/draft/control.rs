@@ -85,7 +85,7 @@ impl BetaModel {
 
     /// Current table: element g is β(g + 1), the cost of a step verifying g drafted tokens.
     pub fn table(&self) -> [f32; MAX_DRAFT + 1] {
-        std::array::from_fn(|g| self.beta[g + 1] as f32)
+        std::array::from_fn(|g| self.beta(g + 1) as f32)
     }
 
     /// Records that a step verifying `verified` tokens took `dt_ns`.
