@@ -47,6 +47,14 @@ fn drafted(cfg: &ModelDraftConfig, prompt: &[Token], n: usize) -> (Vec<Token>, M
     (out, md)
 }
 
+/// SmolLM2, the tokens of [`PROMPT`] and llama.cpp's 24 greedy tokens after it: the oracle of these tests.
+fn smol_answer() -> (Model, Vec<Token>, Vec<Token>) {
+    let model = Model::load(&common::smol(), &ModelOptions { n_gpu_layers: 0 }).unwrap();
+    let prompt = model.tokenize(&templated(&model, PROMPT), false, true).unwrap();
+    let want = greedy(&model, &prompt, 24);
+    (model, prompt, want)
+}
+
 fn config(shortlist: Option<PathBuf>, margin: f32) -> ModelDraftConfig {
     ModelDraftConfig { model: common::smol(), shortlist, margin, request_rows: false, n_seq: 1, n_ctx: 1024, n_threads: 0 }
 }
@@ -55,9 +63,7 @@ fn config(shortlist: Option<PathBuf>, margin: f32) -> ModelDraftConfig {
 fn request_rows_give_the_prompt_tokens_a_shortlist_lacks() {
     let _serial = common::one_at_a_time();
     let dir = common::scratch("model-draft-request-rows");
-    let model = Model::load(&common::smol(), &ModelOptions { n_gpu_layers: 0 }).unwrap();
-    let prompt = model.tokenize(&templated(&model, PROMPT), false, true).unwrap();
-    let want = greedy(&model, &prompt, 24);
+    let (model, prompt, want) = smol_answer();
     // The list holds every answer token the prompt does not (and the lowest ids): what the answer copies
     // from the prompt is missing from it, as a name or an e-mail address is missing from a real list.
     let must: Vec<Token> = want.iter().copied().filter(|t| !prompt.contains(t)).collect();
@@ -95,9 +101,7 @@ fn shortlist_with(model: &Model, must: &[Token], size: usize, path: &Path) -> Sh
 fn skipped_head_and_subset_head_give_the_targets_greedy_tokens() {
     let _serial = common::one_at_a_time();
     let dir = common::scratch("model-draft-parity");
-    let model = Model::load(&common::smol(), &ModelOptions { n_gpu_layers: 0 }).unwrap();
-    let prompt = model.tokenize(&templated(&model, PROMPT), false, true).unwrap();
-    let want = greedy(&model, &prompt, 24);
+    let (model, prompt, want) = smol_answer();
 
     // The full head through the drafter's path (LM head skipped in llama.cpp, rows scored by ggml).
     let (full, md) = drafted(&config(None, 0.0), &prompt, 24);
