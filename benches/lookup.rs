@@ -7,6 +7,7 @@ use std::hint::black_box;
 use std::time::Instant;
 
 use criterion::Criterion;
+use kolm_rsd::draft::syntax::TokenTexts;
 use kolm_rsd::draft::{Drafter, DrafterConfig};
 use kolm_rsd::hash::window_key;
 use kolm_rsd::index::Index;
@@ -27,8 +28,9 @@ impl Lcg {
     }
 }
 
-fn shapes() -> ShapeTable {
-    let texts: Vec<String> = (0..VOCAB)
+/// The synthetic vocabulary's token texts: words, numbers, JSON punctuation, indentation.
+fn vocab() -> Vec<String> {
+    (0..VOCAB)
         .map(|i| match i % 8 {
             0 => format!("Ġw{i}"),
             1 => format!("{}", i % 1000),
@@ -36,9 +38,11 @@ fn shapes() -> ShapeTable {
             3 => "ĊĠĠĠĠ".to_string(),
             _ => format!("tok{i}"),
         })
-        .collect();
-    let refs: Vec<&[u8]> = texts.iter().map(|s| s.as_bytes()).collect();
-    ShapeTable::from_token_texts(&refs)
+        .collect()
+}
+
+fn refs(texts: &[String]) -> Vec<&[u8]> {
+    texts.iter().map(|s| s.as_bytes()).collect()
 }
 
 /// A token stream where 70% of tokens follow a fixed successor function.
@@ -146,7 +150,8 @@ fn pct(v: &mut [u64], p: f64) -> u64 {
 
 fn main() {
     let mut rng = Lcg(42);
-    let sh = shapes();
+    let texts = vocab();
+    let sh = ShapeTable::from_token_texts(&refs(&texts));
     let s = stream(200_000, &mut rng);
     let pack = pack_from(&s, &sh, 15_000, &mut rng);
     let eager = DrafterConfig {
@@ -204,7 +209,8 @@ fn main() {
         ("eager, n_max 8", eager, 8),
         ("default control, n_max 8", DrafterConfig::default(), 8),
     ] {
-        let mut d = Drafter::new(Some(Index::new(&pack, Some(sh.clone()))), cfg);
+        // As the plugin runs it: with token texts, so places in the answer's syntax are read too.
+        let mut d = Drafter::new(Some(Index::new(&pack, Some(sh.clone()))), cfg).with_texts(TokenTexts::new(&refs(&texts)));
         run(&mut d, &s, 20_000, n_max); // warm-up
         let (mut t, drafted) = run(&mut d, &s, 200_000, n_max);
         let mean = t.iter().sum::<u64>() as f64 / t.len() as f64;

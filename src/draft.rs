@@ -12,11 +12,13 @@ pub mod context;
 pub mod control;
 pub mod model;
 pub mod stats;
+pub mod syntax;
 
 use std::collections::VecDeque;
 
 use crate::index::Index;
 use class::{Class, Source, DEFAULT_PRIOR, N_CLASSES};
+use syntax::{Answer, TokenTexts};
 use context::{Copy, ContextIndex};
 use control::{best_length, may_pay_more, Acceptance, BetaModel, Rates, Shared, Verify, DEFAULT_BETA_PRIOR, INVARIANT_DRAFT, MAX_DRAFT};
 pub use stats::Stats;
@@ -158,6 +160,8 @@ struct Pending {
 #[derive(Default)]
 struct Seq {
     ctx: ContextIndex,
+    /// Where in the answer's syntax each position falls (read when token texts are attached).
+    answer: Answer,
     scratch: Vec<i32>,
     chain: Vec<(i32, Class)>,
     draft: Vec<i32>,
@@ -190,6 +194,8 @@ pub struct Drafter {
     misses: VecDeque<Miss>,
     rounds: Rounds,
     source: Option<Box<dyn TokenSource>>,
+    /// Token texts, to tell keys and values from code; without them every position counts as code.
+    texts: Option<TokenTexts>,
     /// Steps since the draft model last drafted while it did not pay, and the current probe interval.
     model_wait: u32,
     model_probe_every: u32,
@@ -216,6 +222,7 @@ impl Drafter {
             global_acc: Acceptance::default(),
             misses: VecDeque::new(),
             source: None,
+            texts: None,
             model_wait: 0,
             model_probe_every: 0,
         }
@@ -225,6 +232,13 @@ impl Drafter {
     pub fn with_source(mut self, source: Box<dyn TokenSource>) -> Drafter {
         self.source = Some(source);
         self.model_probe_every = self.cfg.model_probe_min;
+        self
+    }
+
+    /// Attaches the vocabulary's token texts (indexed by id), so acceptance is learned per place in the
+    /// answer's syntax (see [`syntax`]).
+    pub fn with_texts(mut self, texts: TokenTexts) -> Drafter {
+        self.texts = Some(texts);
         self
     }
 
@@ -256,6 +270,7 @@ impl Drafter {
             return;
         };
         s.ctx.reset(prompt);
+        s.answer.reset(prompt.len());
         s.draft.clear();
         s.awaiting_accept = false;
         s.rates = Rates::default();
@@ -293,7 +308,10 @@ impl Drafter {
         let verify = Verify::new(&self.beta, shared);
         s.last_ns = Some(now_ns);
         s.awaiting_accept = false;
-        s.ctx.sync(tokens, id_last);
+        let kept = s.ctx.sync(tokens, id_last);
+        if let Some(texts) = &self.texts {
+            s.answer.sync(texts, s.ctx.tokens(), kept);
+        }
         resolve_pending(s, &mut self.misses, cfg.miss_capacity);
 
         let n_max = n_max.min(cfg.max_draft);
@@ -307,7 +325,7 @@ impl Drafter {
             *e = s.rates.estimate(c, prior, cfg.seq_prior_weight);
         }
         // How many tokens the draft model may add, and whether this is a probe of a model that does not pay.
-        let p_model = [est[Class::MODEL.index()]; MAX_DRAFT];
+        let p_model = [est[Class::model(s.answer.now().place()).index()]; MAX_DRAFT];
         let (model_len, model_probe) = match model_cost {
             None => (0, false),
             Some(_) if !cfg.adaptive => (n_max, false),
@@ -335,13 +353,13 @@ impl Drafter {
             },
         };
         let model = self.source.as_deref_mut().map(|m| (m, seq, model_len));
-        let pos0 = build_chain(self.index.as_ref(), cfg, s, n_max, &est, &verify, model);
+        let pos0 = build_chain(self.index.as_ref(), self.texts.as_ref(), cfg, s, n_max, &est, &verify, model);
 
         let mut p = [0f32; MAX_DRAFT];
         let mut cost = [0f64; MAX_DRAFT];
         for (i, &(_, c)) in s.chain.iter().enumerate() {
             p[i] = est[c.index()];
-            cost[i] = if c == Class::MODEL { model_cost.unwrap_or(0.0) } else { 0.0 };
+            cost[i] = if c.source() == Source::Model { model_cost.unwrap_or(0.0) } else { 0.0 };
         }
         let n = s.chain.len();
         let best = best_length(&p[..n], &verify, &cost[..n], 1.0 + cfg.min_gain);
@@ -464,8 +482,10 @@ impl Drafter {
 /// model (source, sequence, how many of the first positions it may fill) answers where neither does. Under the break-even control the chain ends where
 /// no further token could pay. Returns the copy's token for the first position when the pack had no
 /// recipe there (a possible miss of the pack).
+#[allow(clippy::too_many_arguments)]
 fn build_chain(
     index: Option<&Index>,
+    texts: Option<&TokenTexts>,
     cfg: &DrafterConfig,
     s: &mut Seq,
     want: usize,
@@ -480,25 +500,27 @@ fn build_chain(
     s.scratch.extend_from_slice(&hist[hist.len() - keep..]);
     let mut copy: Option<Copy> = None;
     let mut uncovered = None;
+    let mut lex = s.answer.now();
     let (mut expected, mut run, mut best) = (1.0f64, 1.0f64, 1.0 + cfg.min_gain);
     for i in 0..want {
         if cfg.adaptive && !may_pay_more(expected, run, best, verify, i, want) {
             break;
         }
+        let place = lex.place();
         let pack = index
             .and_then(|ix| cfg.recipe(ix, &s.scratch))
-            .map(|h| (h.token, Class::pack(h.kind, h.count, h.confidence())));
+            .map(|h| (h.token, Class::pack(h.kind, h.count, h.confidence(), place)));
         if cfg.use_context && copy.is_none() {
             copy = s.ctx.find(&s.scratch[keep..], cfg.ctx_min_n);
         }
-        let copied = copy.map(|c| (s.ctx.token(c), Class::copy(c.len, c.ambiguous)));
+        let copied = copy.map(|c| (s.ctx.token(c), Class::copy(c.len, c.ambiguous, place)));
         if i == 0 && pack.is_none() {
             uncovered = copied.map(|(t, _)| t);
         }
         // Agreement is evidence of its own kind; where they disagree the request's own text wins (a recipe
         // it contradicts was right 0–12% of the time on held-out answers).
         let mut next = match (pack, copied) {
-            (Some(a), Some(b)) if a.0 == b.0 => Some((a.0, Class::AGREED)),
+            (Some(a), Some(b)) if a.0 == b.0 => Some((a.0, Class::agreed(place))),
             (a, b) => b.or(a),
         };
         // A copy runs on while its tokens are taken; once the chain leaves it, the next token looks again.
@@ -512,7 +534,7 @@ fn build_chain(
                     s.model_hist.clear();
                     s.model_hist.extend_from_slice(s.ctx.tokens());
                     s.model_hist.extend(s.chain.iter().map(|&(t, _)| t));
-                    next = src.next(*seq, &s.model_hist).map(|t| (t, Class::MODEL));
+                    next = src.next(*seq, &s.model_hist).map(|t| (t, Class::model(place)));
                 }
             }
         }
@@ -522,6 +544,9 @@ fn build_chain(
         best = best.max(verify.score(expected, i + 1, 0.0));
         s.chain.push((t, c));
         s.scratch.push(t);
+        if let Some(texts) = texts {
+            lex.feed(texts.get(t));
+        }
     }
     uncovered
 }
@@ -802,6 +827,24 @@ mod tests {
         let short = [10, 11, 12, 13, 50, 51, 11];
         d.begin(0, &short);
         assert_eq!(d.propose(0, &short, 12, 15, 1, &mut out), 0, "{out:?}");
+    }
+
+    #[test]
+    fn a_recipe_is_drafted_in_a_key_but_not_in_a_value() {
+        // After an opening quote the pack always proposes `name`: right where a key starts, rarely in a value.
+        let vocab: [&[u8]; 5] = [b"{", b" \"", b"name", b"\":", b"x"];
+        let pack = || Some(index(vec![lit(&[1], 2, 9)]));
+        let key: &[i32] = &[4, 0]; // prompt `x`, answer `{`, then ` "`
+        let value: &[i32] = &[4, 0, 1, 2, 3]; // … `{ "name":`, then ` "`
+        let mut out = Vec::new();
+        for (tokens, drafted) in [(key, 1), (value, 0)] {
+            let mut d = Drafter::new(pack(), DrafterConfig::default()).with_texts(TokenTexts::new(&vocab));
+            d.begin(0, &tokens[..1]);
+            assert_eq!(d.propose(0, tokens, 1, 4, 0, &mut out), drafted, "{tokens:?}");
+        }
+        let mut d = Drafter::new(pack(), DrafterConfig::default());
+        d.begin(0, &value[..1]);
+        assert_eq!(d.propose(0, value, 1, 4, 0, &mut out), 1, "without token texts every place counts as code");
     }
 
     #[test]

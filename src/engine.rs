@@ -2,6 +2,7 @@
 //! the GGUF or named), the combined drafter with break-even control, and the local miss log.
 
 use crate::draft::model::{ModelDraftConfig, ModelDrafter};
+use crate::draft::syntax::TokenTexts;
 use crate::draft::{Drafter, DrafterConfig, Miss, Stats};
 use crate::ffi::api::KolmRsdStats;
 use crate::index::Index;
@@ -227,7 +228,7 @@ impl Engine {
             use_context: cfg.use_context,
             ..DrafterConfig::default()
         };
-        let mut drafter = Drafter::new(index, dcfg);
+        let mut drafter = Drafter::new(index, dcfg).with_texts(TokenTexts::new(&token_texts(model)));
         if let Some(d) = &cfg.draft {
             let md = ModelDrafter::load(&ModelDraftConfig {
                 model: d.model.clone(),

@@ -3,6 +3,7 @@
 
 use super::CliResult;
 use kolm_rsd::draft::control::{BetaModel, DEFAULT_BETA_PRIOR, INVARIANT_DRAFT};
+use kolm_rsd::draft::syntax::TokenTexts;
 use kolm_rsd::draft::{Drafter, DrafterConfig};
 use kolm_rsd::llama::{self, Model, ModelOptions};
 use kolm_rsd::replay::{oracle, replay, Recorded, Replayed};
@@ -71,7 +72,7 @@ pub fn run(a: &ReplayArgs) -> CliResult {
     let index = pack.as_deref().map(|p| engine::load_index(p, &model)).transpose()?;
     let cfg = DrafterConfig { use_context: !a.no_context, ..DrafterConfig::default() };
     for (name, beta) in clocks {
-        let mut d = Drafter::new(index.clone(), cfg.clone());
+        let mut d = Drafter::new(index.clone(), cfg.clone()).with_texts(TokenTexts::new(&engine::token_texts(&model)));
         let (each, t) = replay(&mut d, &runs, INVARIANT_DRAFT, beta, 1e6);
         let per: Vec<String> = each.iter().map(|r: &Replayed| format!("{:.2}", r.speedup())).collect();
         println!(

@@ -1,8 +1,10 @@
 //! What a drafted token rests on, so acceptance is learned per kind of evidence instead of once for all
 //! tokens: a copy of the request's own text after a 20-token match is nearly always right, after a 2-token
 //! match often not, and a pack recipe's count and agreement say how far to trust it. The break-even rule
-//! then drafts long where the evidence is strong and not at all where it is weak.
+//! then drafts long where the evidence is strong and not at all where it is weak. Each kind is learned apart at
+//! each [`Place`] of the answer's syntax: a recipe that is usually right in a key is usually wrong in a value.
 
+use super::syntax::{Place, N_PLACES};
 use crate::pack::EntryKind;
 
 /// Where a drafted token came from (for the counters).
@@ -23,37 +25,64 @@ const PACK_MIDDLE: (u32, f32) = (2, 0.75);
 /// Short copies (the first this many length buckets) are split by whether their suffix was ambiguous.
 const SPLIT_BUCKETS: usize = 3;
 
-/// Number of classes: literal ×3, shape ×3, context copy × one per edge, ambiguous short copies, a copy
+/// Kinds of evidence: literal ×3, shape ×3, context copy × one per edge, ambiguous short copies, a copy
 /// the pack agrees with, draft model.
-pub const N_CLASSES: usize = 3 + 3 + COPY_EDGES.len() + SPLIT_BUCKETS + 1 + 1;
+pub const N_KINDS: usize = 3 + 3 + COPY_EDGES.len() + SPLIT_BUCKETS + 1 + 1;
+const AGREED: usize = N_KINDS - 2;
+const MODEL: usize = N_KINDS - 1;
 
-/// Acceptance assumed before any measurement, per class, from looking up held-out greedy outputs of
-/// Qwen2.5-Coder-1.5B (JSON extraction and HumanEval, 12 prompts each that the bench and replay do not
-/// serve): a pack recipe and a copy agreeing were right 93–97% of the time; a pack recipe alone 58–70%
-/// (strong), 43–51% (middle), shape recipes less; copies after 9+ matched tokens 78–100%, after 2–5 tokens
-/// 44–69% when the matched suffix had occurred once before and 11–40% when more often. Where a recipe and a
-/// copy disagree the recipe was right only 0–12% of the time, so the copy is taken. Each sequence then
-/// learns its own.
-pub const DEFAULT_PRIOR: [f32; N_CLASSES] = [
-    0.65, 0.5, 0.35, // literal: strong, middle, weak
-    0.55, 0.4, 0.25, // shape
-    0.45, 0.5, 0.65, 0.75, 0.8, 0.85, 0.9, // copy of a match of 2, 3, 4–5, 6–8, 9–12, 13–20, 21+ tokens
-    0.15, 0.2, 0.3, // … of 2, 3, 4–5 tokens whose suffix occurred more than once before
-    0.9, // a copy the pack agrees with
-    0.7, // draft model
-];
+/// Number of classes: every kind at every [`Place`].
+pub const N_CLASSES: usize = N_KINDS * N_PLACES;
 
-/// One kind of evidence, an index into per-class tables.
+/// Acceptance assumed before any measurement, per place and kind, from looking up held-out greedy outputs
+/// of Qwen2.5-Coder-1.5B (JSON extraction and HumanEval, 12 prompts each that the bench and replay do not
+/// serve; HumanEval's strings are mostly docstrings copied from the prompt):
+/// - in code and structure, strong recipes were right 58–87% of the time, copies of 2–5 tokens 60–70%,
+///   a recipe and a copy agreeing 93%;
+/// - in a key, strong recipes 79–80%, copies 0–25% (they repeat the previous key);
+/// - in a value, strong recipes 12–34%, copies 66–81% after 2–12 tokens and 97–100% after more, a short
+///   copy whose suffix occurred more than once before 11%.
+///
+/// Where a recipe and a copy disagree the recipe was right only 0–12% of the time, so the copy is taken.
+/// Each sequence then learns its own rates.
+pub const DEFAULT_PRIOR: [f32; N_CLASSES] = flatten([
+    // literal S/M/W, shape S/M/W, copy 2, 3, 4–5, 6–8, 9–12, 13–20, 21+, ambiguous 2, 3, 4–5, agreed, model
+    [0.7, 0.5, 0.35, 0.7, 0.25, 0.2, 0.6, 0.65, 0.7, 0.85, 0.85, 0.85, 0.9, 0.2, 0.25, 0.3, 0.93, 0.7], // code
+    [0.8, 0.3, 0.2, 0.8, 0.25, 0.2, 0.1, 0.15, 0.2, 0.3, 0.5, 0.7, 0.9, 0.05, 0.1, 0.15, 0.5, 0.7], // key
+    [0.35, 0.2, 0.1, 0.15, 0.1, 0.1, 0.65, 0.75, 0.75, 0.8, 0.8, 0.95, 0.98, 0.15, 0.3, 0.3, 0.95, 0.7], // value
+]);
+
+const fn flatten(t: [[f32; N_KINDS]; N_PLACES]) -> [f32; N_CLASSES] {
+    let mut out = [0.0; N_CLASSES];
+    let mut i = 0;
+    while i < N_CLASSES {
+        out[i] = t[i / N_KINDS][i % N_KINDS];
+        i += 1;
+    }
+    out
+}
+
+/// One kind of evidence at one place, an index into per-class tables.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Class(u8);
 
 impl Class {
-    pub const MODEL: Class = Class(N_CLASSES as u8 - 1);
+    const fn new(kind: usize, place: Place) -> Class {
+        Class((place as usize * N_KINDS + kind) as u8)
+    }
+
+    /// A draft model's token.
+    pub const fn model(place: Place) -> Class {
+        Class::new(MODEL, place)
+    }
+
     /// A pack recipe and a copy of the request's own text proposing the same token.
-    pub const AGREED: Class = Class(N_CLASSES as u8 - 2);
+    pub const fn agreed(place: Place) -> Class {
+        Class::new(AGREED, place)
+    }
 
     /// A pack recipe of `kind` whose token followed its context `count` times, a share `confidence` of them.
-    pub fn pack(kind: EntryKind, count: u32, confidence: f32) -> Class {
+    pub fn pack(kind: EntryKind, count: u32, confidence: f32, place: Place) -> Class {
         let strength = if count >= PACK_STRONG.0 && confidence >= PACK_STRONG.1 {
             0
         } else if count >= PACK_MIDDLE.0 && confidence >= PACK_MIDDLE.1 {
@@ -61,20 +90,23 @@ impl Class {
         } else {
             2
         };
-        Class(match kind {
-            EntryKind::Literal => strength,
-            EntryKind::Shape => 3 + strength,
-        })
+        Class::new(
+            match kind {
+                EntryKind::Literal => strength,
+                EntryKind::Shape => 3 + strength,
+            },
+            place,
+        )
     }
 
     /// A copy of the request's own text after a match of `len` tokens, found by a suffix that occurred more
     /// than once before (`ambiguous`) or once.
-    pub fn copy(len: usize, ambiguous: bool) -> Class {
+    pub fn copy(len: usize, ambiguous: bool, place: Place) -> Class {
         let bucket = COPY_EDGES.iter().rposition(|&e| len >= e).unwrap_or(0);
         if ambiguous && bucket < SPLIT_BUCKETS {
-            return Class((6 + COPY_EDGES.len() + bucket) as u8);
+            return Class::new(6 + COPY_EDGES.len() + bucket, place);
         }
-        Class(6 + bucket as u8)
+        Class::new(6 + bucket, place)
     }
 
     #[inline]
@@ -83,10 +115,10 @@ impl Class {
     }
 
     pub fn source(self) -> Source {
-        match self.0 {
+        match self.index() % N_KINDS {
             0..=2 => Source::Literal,
             3..=5 => Source::Shape,
-            c if usize::from(c) == N_CLASSES - 1 => Source::Model,
+            MODEL => Source::Model,
             _ => Source::Context,
         }
     }
@@ -96,39 +128,53 @@ impl Class {
 mod tests {
     use super::*;
 
+    const PLACES: [Place; N_PLACES] = [Place::Code, Place::Key, Place::Value];
+
     #[test]
     fn classes_are_distinct_and_in_range() {
         let mut seen = std::collections::HashSet::new();
-        for kind in [EntryKind::Literal, EntryKind::Shape] {
-            for (count, conf) in [(9, 1.0), (3, 0.8), (1, 1.0), (9, 0.6)] {
-                let c = Class::pack(kind, count, conf);
-                assert!(c.index() < N_CLASSES);
-                assert_eq!(c.source(), if kind == EntryKind::Literal { Source::Literal } else { Source::Shape });
-                seen.insert(c);
+        for place in PLACES {
+            for kind in [EntryKind::Literal, EntryKind::Shape] {
+                for (count, conf) in [(9, 1.0), (3, 0.8), (1, 1.0), (9, 0.6)] {
+                    let c = Class::pack(kind, count, conf, place);
+                    assert!(c.index() < N_CLASSES);
+                    assert_eq!(c.source(), if kind == EntryKind::Literal { Source::Literal } else { Source::Shape });
+                    seen.insert(c);
+                }
             }
-        }
-        for len in 0..40 {
-            for ambiguous in [false, true] {
-                let c = Class::copy(len, ambiguous);
-                assert_eq!(c.source(), Source::Context, "{len}");
-                seen.insert(c);
+            for len in 0..40 {
+                for ambiguous in [false, true] {
+                    let c = Class::copy(len, ambiguous, place);
+                    assert_eq!(c.source(), Source::Context, "{len}");
+                    seen.insert(c);
+                }
             }
+            seen.extend([Class::model(place), Class::agreed(place)]);
+            assert_eq!(Class::agreed(place).source(), Source::Context);
+            assert_eq!(Class::model(place).source(), Source::Model);
         }
-        seen.extend([Class::MODEL, Class::AGREED]);
-        assert_eq!(Class::AGREED.source(), Source::Context);
-        assert_eq!(Class::MODEL.source(), Source::Model);
         assert_eq!(seen.len(), N_CLASSES, "every class is reachable");
     }
 
     #[test]
     fn longer_copies_are_trusted_more_a_priori() {
-        for ambiguous in [false, true] {
-            let p: Vec<f32> = (2..30).map(|n| DEFAULT_PRIOR[Class::copy(n, ambiguous).index()]).collect();
-            assert!(p.windows(2).all(|w| w[0] <= w[1]), "{p:?}");
+        for place in PLACES {
+            for ambiguous in [false, true] {
+                let p: Vec<f32> = (2..30).map(|n| DEFAULT_PRIOR[Class::copy(n, ambiguous, place).index()]).collect();
+                assert!(p.windows(2).all(|w| w[0] <= w[1]), "{place:?} {p:?}");
+            }
+            assert_eq!(Class::copy(5, false, place), Class::copy(4, false, place));
+            assert_ne!(Class::copy(6, false, place), Class::copy(5, false, place));
+            assert!((2..6).all(|n| DEFAULT_PRIOR[Class::copy(n, true, place).index()] < DEFAULT_PRIOR[Class::copy(n, false, place).index()]));
+            assert_eq!(Class::copy(6, true, place), Class::copy(6, false, place), "long matches are not split");
         }
-        assert_eq!(Class::copy(5, false), Class::copy(4, false));
-        assert_ne!(Class::copy(6, false), Class::copy(5, false));
-        assert!((2..6).all(|n| DEFAULT_PRIOR[Class::copy(n, true).index()] < DEFAULT_PRIOR[Class::copy(n, false).index()]));
-        assert_eq!(Class::copy(6, true), Class::copy(6, false), "long matches are not split");
+    }
+
+    #[test]
+    fn recipes_are_trusted_in_keys_and_copies_in_values() {
+        let recipe = |place| DEFAULT_PRIOR[Class::pack(EntryKind::Literal, 9, 1.0, place).index()];
+        let copy = |place| DEFAULT_PRIOR[Class::copy(3, false, place).index()];
+        assert!(recipe(Place::Key) > copy(Place::Key));
+        assert!(copy(Place::Value) > recipe(Place::Value));
     }
 }

@@ -46,8 +46,8 @@ impl ContextIndex {
         &self.tokens
     }
 
-    /// Makes the mirror equal `tokens` followed by `last`.
-    pub fn sync(&mut self, tokens: &[i32], last: i32) {
+    /// Makes the mirror equal `tokens` followed by `last`; returns how many of its tokens were kept.
+    pub fn sync(&mut self, tokens: &[i32], last: i32) -> usize {
         let len = tokens.len() + 1;
         let at = |i: usize| if i < tokens.len() { tokens[i] } else { last };
         let m = self.tokens.len();
@@ -64,6 +64,7 @@ impl ContextIndex {
         for i in common..len {
             self.push(at(i));
         }
+        common
     }
 
     fn push(&mut self, t: i32) {
