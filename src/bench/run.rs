@@ -144,9 +144,7 @@ pub fn rotation(n: usize, r: usize) -> Vec<usize> {
 pub fn run_interleaved(spec: &RunSpec, configs: &[Config], obs: &dyn Observer) -> Result<Vec<ConfigRun>, RunError> {
     let mut runs: Vec<ConfigRun> = Vec::new();
     let mut servers: Vec<Option<Server>> = Vec::new();
-    for c in configs {
-        let log = spec.log_dir.join(log_name(c, spec.slots));
-        obs.note(&format!("  starting llama-server: {} (-np {})", c.name, spec.slots));
+    let start = |c: &Config, log: &Path| {
         let opts = ServerOptions {
             model: spec.model.to_path_buf(),
             plugin: c.plugin.clone(),
@@ -157,11 +155,15 @@ pub fn run_interleaved(spec: &RunSpec, configs: &[Config], obs: &dyn Observer) -
             n_parallel: spec.slots,
             n_ctx: spec.n_ctx,
             threads: spec.threads,
-            log: log.clone(),
+            log: log.to_path_buf(),
         };
-        let mut run = ConfigRun { config: c.clone(), slots: spec.slots, requests: vec![], rounds: vec![], error: None, log };
-        let started = Server::start(&opts).and_then(|s| s.complete(spec.warmup, 8).map(|_| s));
-        match started {
+        Server::start(&opts).and_then(|s| s.complete(spec.warmup, 8).map(|_| s))
+    };
+    for c in configs {
+        let log = spec.log_dir.join(log_name(c, spec.slots));
+        obs.note(&format!("  starting llama-server: {} (-np {})", c.name, spec.slots));
+        let mut run = ConfigRun { config: c.clone(), slots: spec.slots, requests: vec![], rounds: vec![], error: None, log: log.clone() };
+        match start(c, &log) {
             Ok(s) => servers.push(Some(s)),
             Err(e) => {
                 let msg = e.to_string();
@@ -178,6 +180,23 @@ pub fn run_interleaved(spec: &RunSpec, configs: &[Config], obs: &dyn Observer) -
 
     let n_rounds_per_pass = spec.prompts.len().div_ceil(spec.slots.max(1) as usize);
     for pass in 0..spec.repeat.max(1) {
+        // Each pass starts from fresh servers: a drafter that keeps state across requests (llama.cpp's
+        // ngram-mod pools n-grams of every request it served) would otherwise see the same prompts again.
+        for (ci, server) in servers.iter_mut().enumerate().filter(|(_, s)| pass > 0 && s.is_some()) {
+            *server = None;
+            obs.note(&format!("  restarting llama-server: {} (pass {})", configs[ci].name, pass + 1));
+            let log = spec.log_dir.join(format!("{}.pass{}", log_name(&configs[ci], spec.slots), pass + 1));
+            match start(&configs[ci], &log) {
+                Ok(s) => *server = Some(s),
+                Err(e) => {
+                    if configs[ci].kind == ConfigKind::None && ci == 0 {
+                        return Err(RunError::Reference(e.to_string()));
+                    }
+                    obs.note(&format!("  !! {} did not restart: {}", configs[ci].name, first_lines(&e.to_string(), 6)));
+                    runs[ci].error = Some(e.to_string());
+                }
+            }
+        }
         for (ri, chunk) in spec.prompts.chunks(spec.slots.max(1) as usize).enumerate() {
             let round = pass * n_rounds_per_pass + ri;
             for ci in rotation(configs.len(), round) {
