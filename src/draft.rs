@@ -9,6 +9,7 @@
 
 pub mod class;
 pub mod context;
+pub mod enumeration;
 pub mod control;
 pub mod model;
 pub mod stats;
@@ -18,7 +19,8 @@ use std::collections::VecDeque;
 
 use crate::index::Index;
 use class::{Class, Source, DEFAULT_PRIOR, N_CLASSES};
-use syntax::{Answer, TokenTexts};
+use enumeration::Enumerations;
+use syntax::{Answer, Lex, TokenTexts};
 use context::{Copy, ContextIndex};
 use control::{best_length, may_pay_more, Acceptance, BetaModel, Rates, Shared, Verify, DEFAULT_BETA_PRIOR, INVARIANT_DRAFT, MAX_DRAFT};
 pub use stats::Stats;
@@ -162,6 +164,11 @@ struct Seq {
     ctx: ContextIndex,
     /// Where in the answer's syntax each position falls (read when token texts are attached).
     answer: Answer,
+    /// The prompt's lists of names (the keys an answer will write, in order).
+    enums: Enumerations,
+    /// Reader state before each chain token, and a buffer for the latest key's text.
+    chain_lex: Vec<Lex>,
+    key: Vec<u8>,
     scratch: Vec<i32>,
     chain: Vec<(i32, Class)>,
     draft: Vec<i32>,
@@ -271,6 +278,7 @@ impl Drafter {
         };
         s.ctx.reset(prompt);
         s.answer.reset(prompt.len());
+        s.enums = self.texts.as_ref().map(|t| Enumerations::from_prompt(t, prompt)).unwrap_or_default();
         s.draft.clear();
         s.awaiting_accept = false;
         s.rates = Rates::default();
@@ -494,6 +502,7 @@ fn build_chain(
     mut model: Option<(&mut (dyn TokenSource + 'static), usize, usize)>,
 ) -> Option<i32> {
     s.chain.clear();
+    s.chain_lex.clear();
     s.scratch.clear();
     let hist = s.ctx.tokens();
     let keep = index.map_or(0, Index::max_n).min(hist.len());
@@ -501,12 +510,19 @@ fn build_chain(
     let mut copy: Option<Copy> = None;
     let mut uncovered = None;
     let mut lex = s.answer.now();
+    // The key being drafted from the prompt's list, and how much of it is in the chain.
+    let mut listed: Option<(&[i32], usize)> = None;
     let (mut expected, mut run, mut best) = (1.0f64, 1.0f64, 1.0 + cfg.min_gain);
     for i in 0..want {
         if cfg.adaptive && !may_pay_more(expected, run, best, verify, i, want) {
             break;
         }
         let place = lex.place();
+        if let (None, Some(texts), Some(opener)) = (listed, texts, lex.key_start()) {
+            let rev = s.chain.iter().zip(&s.chain_lex).rev().map(|(&(t, _), &l)| (l, texts.get(t)));
+            let rev = rev.chain(s.answer.rev(texts, s.ctx.tokens()));
+            listed = next_key(&s.enums, rev, lex.depth(), opener, &mut s.key).map(|k| (k, 0));
+        }
         let pack = index
             .and_then(|ix| cfg.recipe(ix, &s.scratch))
             .map(|h| (h.token, Class::pack(h.kind, h.count, h.confidence(), place)));
@@ -519,10 +535,13 @@ fn build_chain(
         }
         // Agreement is evidence of its own kind; where they disagree the request's own text wins (a recipe
         // it contradicts was right 0–12% of the time on held-out answers).
-        let mut next = match (pack, copied) {
-            (Some(a), Some(b)) if a.0 == b.0 => Some((a.0, Class::agreed(place))),
-            (a, b) => b.or(a),
+        // A key the prompt's list names comes first: neither a recipe nor a copy knows this request's keys.
+        let mut next = match (listed, pack, copied) {
+            (Some((k, j)), ..) => Some((k[j], Class::listed(place))),
+            (None, Some(a), Some(b)) if a.0 == b.0 => Some((a.0, Class::agreed(place))),
+            (None, a, b) => b.or(a),
         };
+        listed = listed.filter(|&(k, j)| j + 1 < k.len()).map(|(k, j)| (k, j + 1));
         // A copy runs on while its tokens are taken; once the chain leaves it, the next token looks again.
         copy = match (copy, next) {
             (Some(c), Some((t, _))) if s.ctx.token(c) == t => s.ctx.advance(c),
@@ -543,12 +562,28 @@ fn build_chain(
         expected += run;
         best = best.max(verify.score(expected, i + 1, 0.0));
         s.chain.push((t, c));
+        s.chain_lex.push(lex);
         s.scratch.push(t);
         if let Some(texts) = texts {
             lex.feed(texts.get(t));
         }
     }
     uncovered
+}
+
+/// The key that starts here by the prompt's lists: after the latest key at `depth` (in `rev`, (reader state,
+/// text) of the tokens so far, latest first) when it follows a `,`; when it opens an object, the first
+/// item of that key's list (the next object of an array), or of the prompt's first list at the top level.
+pub(crate) fn next_key<'e, 'a>(enums: &'e Enumerations, rev: impl Iterator<Item = (Lex, &'a [u8])>, depth: u32, opener: u8, key: &mut Vec<u8>) -> Option<&'e [i32]> {
+    if enums.is_empty() {
+        return None;
+    }
+    match (opener, syntax::last_key(rev, depth, key)) {
+        (b',', true) => enums.after(key),
+        (b'{', true) => enums.first_with(key),
+        (b'{', false) if depth == 1 => enums.first(),
+        _ => None,
+    }
 }
 
 /// Which sequences share llama-server's decode calls. Each server step drafts for every generating slot
@@ -845,6 +880,27 @@ mod tests {
         let mut d = Drafter::new(pack(), DrafterConfig::default());
         d.begin(0, &value[..1]);
         assert_eq!(d.propose(0, value, 1, 4, 0, &mut out), 1, "without token texts every place counts as code");
+    }
+
+    #[test]
+    fn keys_are_drafted_in_the_order_the_prompt_lists_them() {
+        let vocab: [&[u8]; 15] = [
+            b"fields", b":", b" name", b",", b" email", b" phone", b"{", b"\n", b" \"", b"name", b"\":", b"x", b"\",", b"email",
+            b"phone",
+        ];
+        let prompt = [0, 1, 2, 3, 4, 3, 5]; // fields: name, email, phone
+        let mut d = Drafter::new(None, DrafterConfig::default()).with_texts(TokenTexts::new(&vocab));
+        let mut out = Vec::new();
+        let mut answer = |so_far: &[i32], last: i32| {
+            d.begin(0, &prompt);
+            let tokens: Vec<i32> = prompt.iter().chain(so_far).copied().collect();
+            d.propose(0, &tokens, last, 4, 0, &mut out);
+            out.clone()
+        };
+        assert_eq!(answer(&[6], 8), [9], "the first key of the answer is the list's first item");
+        assert_eq!(answer(&[6, 8, 9, 10, 8, 11, 12], 8), [13], "after `name` comes `email`");
+        assert_eq!(answer(&[6, 8, 9, 10, 8, 11, 12, 8, 13, 10, 8, 11, 12], 8), [14]);
+        assert_eq!(answer(&[6, 8, 9, 10, 8], 11), [] as [i32; 0], "values are not keys");
     }
 
     #[test]

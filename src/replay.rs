@@ -7,7 +7,9 @@
 //! verification keeps a drafted token exactly when it equals the recorded one, so the replay is exact.
 
 use crate::draft::context::ContextIndex;
-use crate::draft::{Drafter, DrafterConfig};
+use crate::draft::enumeration::Enumerations;
+use crate::draft::syntax::{Answer, TokenTexts};
+use crate::draft::{next_key, Drafter, DrafterConfig};
 use crate::index::Index;
 
 /// One recorded request: the prompt's tokens and the target's greedy continuation.
@@ -95,27 +97,48 @@ pub fn replay(d: &mut Drafter, runs: &[Recorded], n_max: usize, beta: impl Fn(us
 }
 
 /// The ceiling of the evidence itself: at every position the pack's recipe (as confident as the drafter
-/// asks) and the request's copy (as long a match as it asks) are looked up on the true history, and an
+/// asks), the request's copy (as long a match as it asks) and, with token texts, the key the prompt's lists
+/// name are looked up on the true history, and an
 /// oracle drafts exactly the runs where one of them is right, up to `n_max`, and nothing else. No control
 /// can tell right proposals from wrong ones better than this, so it is the ceiling of the drafter with the
 /// same evidence (up to a copy that runs on where a fresh lookup would jump elsewhere); the distance to it
 /// is what not knowing which proposals are right costs.
-pub fn oracle(index: Option<&Index>, cfg: &DrafterConfig, runs: &[Recorded], n_max: usize, beta: impl Fn(usize) -> f64) -> Replayed {
+pub fn oracle(
+    index: Option<&Index>,
+    texts: Option<&TokenTexts>,
+    cfg: &DrafterConfig,
+    runs: &[Recorded],
+    n_max: usize,
+    beta: impl Fn(usize) -> f64,
+) -> Replayed {
     let mut total = Replayed::default();
     let mut ctx = ContextIndex::new(cfg.ctx_max_n);
+    let (mut answer, mut key) = (Answer::default(), Vec::new());
     for r in runs {
         let Some((&first, rest)) = r.output.split_first() else { continue };
         ctx.reset(&r.prompt);
+        answer.reset(r.prompt.len());
+        let enums = texts.map(|tx| Enumerations::from_prompt(tx, &r.prompt)).unwrap_or_default();
+        let mut listed: Option<&[i32]> = None;
         let mut hist = r.prompt.clone();
         // right[i]: some source proposes rest[i] after prompt + output[..=i].
         let mut right = Vec::with_capacity(rest.len());
         let mut last = first;
         for &t in rest {
-            ctx.sync(&hist, last);
+            let kept = ctx.sync(&hist, last);
             hist.push(last);
+            if let Some(tx) = texts {
+                answer.sync(tx, &hist, kept);
+                if let Some(opener) = answer.now().key_start() {
+                    listed = next_key(&enums, answer.rev(tx, &hist), answer.now().depth(), opener, &mut key);
+                }
+            }
             let pack = index.and_then(|ix| cfg.recipe(ix, &hist)).is_some_and(|h| h.token == t);
             let copy = cfg.use_context && ctx.find(&[], cfg.ctx_min_n).is_some_and(|c| ctx.token(c) == t);
-            right.push(pack || copy);
+            // A listed key is proposed token by token while the answer spells it.
+            let list = listed.is_some_and(|k| k.first() == Some(&t));
+            listed = listed.filter(|_| list).map(|k| &k[1..]).filter(|k| !k.is_empty());
+            right.push(pack || copy || list);
             last = t;
         }
         let mut m = Replayed { tokens: rest.len(), ..Replayed::default() };
@@ -169,7 +192,7 @@ mod tests {
     fn the_oracle_drafts_every_right_run_and_bounds_the_drafter() {
         let runs = [copying(), copying()];
         let cfg = DrafterConfig::default();
-        let free = oracle(None, &cfg, &runs, 15, |_| 1.0);
+        let free = oracle(None, None, &cfg, &runs, 15, |_| 1.0);
         assert_eq!(free.tokens, 2 * 62);
         assert_eq!(free.drafted, free.accepted);
         // The copied passage is right from its third token on (a copy needs a 2-token match); the tail is not.
@@ -179,10 +202,10 @@ mod tests {
         let cpu = |m: usize| if m == 1 { 1.0 } else { 1.6 + 0.5 * (m - 2) as f64 };
         let mut d = Drafter::new(None, DrafterConfig::default());
         let (_, real) = replay(&mut d, &runs, 15, cpu, 1e6);
-        assert!(oracle(None, &cfg, &runs, 15, cpu).speedup() >= real.speedup());
+        assert!(oracle(None, None, &cfg, &runs, 15, cpu).speedup() >= real.speedup());
         // Nothing to copy, nothing right: one pass per token.
         let flat = [Recorded { prompt: vec![1, 2, 3], output: (10..30).collect() }];
-        let o = oracle(None, &cfg, &flat, 15, |_| 1.0);
+        let o = oracle(None, None, &cfg, &flat, 15, |_| 1.0);
         assert_eq!((o.passes, o.drafted, o.tokens), (19, 0, 19));
     }
 

@@ -258,7 +258,7 @@ fn is_special(raw: &[u8]) -> bool {
 }
 
 /// Rewrites whitespace markers of byte-level BPE (`Ġ Ċ ĉ`) and SentencePiece (`▁`) as bytes.
-fn normalise(raw: &[u8], out: &mut Vec<u8>) {
+pub(crate) fn normalise(raw: &[u8], out: &mut Vec<u8>) {
     out.clear();
     let mut i = 0;
     while i < raw.len() {

@@ -71,8 +71,9 @@ pub fn run(a: &ReplayArgs) -> CliResult {
     println!("\n| clock | speedup | tokens per pass | drafted | accepted | α | per prompt |\n|---|---:|---:|---:|---:|---:|---|");
     let index = pack.as_deref().map(|p| engine::load_index(p, &model)).transpose()?;
     let cfg = DrafterConfig { use_context: !a.no_context, ..DrafterConfig::default() };
+    let texts = TokenTexts::new(&engine::token_texts(&model));
     for (name, beta) in clocks {
-        let mut d = Drafter::new(index.clone(), cfg.clone()).with_texts(TokenTexts::new(&engine::token_texts(&model)));
+        let mut d = Drafter::new(index.clone(), cfg.clone()).with_texts(texts.clone());
         let (each, t) = replay(&mut d, &runs, INVARIANT_DRAFT, beta, 1e6);
         let per: Vec<String> = each.iter().map(|r: &Replayed| format!("{:.2}", r.speedup())).collect();
         println!(
@@ -84,7 +85,7 @@ pub fn run(a: &ReplayArgs) -> CliResult {
             t.acceptance(),
             per.join(" ")
         );
-        let o = oracle(index.as_ref(), &cfg, &runs, INVARIANT_DRAFT, beta);
+        let o = oracle(index.as_ref(), Some(&texts), &cfg, &runs, INVARIANT_DRAFT, beta);
         println!(
             "| … oracle: every run of right proposals drafted, nothing else | {:.3} | {:.2} | {} | {} | 1.00 | |",
             o.speedup(),

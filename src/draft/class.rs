@@ -25,9 +25,10 @@ const PACK_MIDDLE: (u32, f32) = (2, 0.75);
 /// Short copies (the first this many length buckets) are split by whether their suffix was ambiguous.
 const SPLIT_BUCKETS: usize = 3;
 
-/// Kinds of evidence: literal ×3, shape ×3, context copy × one per edge, ambiguous short copies, a copy
-/// the pack agrees with, draft model.
-pub const N_KINDS: usize = 3 + 3 + COPY_EDGES.len() + SPLIT_BUCKETS + 1 + 1;
+/// Kinds of evidence: literal ×3, shape ×3, context copy × one per edge, ambiguous short copies, the next
+/// item of a list in the prompt, a copy the pack agrees with, draft model.
+pub const N_KINDS: usize = 3 + 3 + COPY_EDGES.len() + SPLIT_BUCKETS + 1 + 1 + 1;
+const LISTED: usize = N_KINDS - 3;
 const AGREED: usize = N_KINDS - 2;
 const MODEL: usize = N_KINDS - 1;
 
@@ -46,10 +47,10 @@ pub const N_CLASSES: usize = N_KINDS * N_PLACES;
 /// Where a recipe and a copy disagree the recipe was right only 0–12% of the time, so the copy is taken.
 /// Each sequence then learns its own rates.
 pub const DEFAULT_PRIOR: [f32; N_CLASSES] = flatten([
-    // literal S/M/W, shape S/M/W, copy 2, 3, 4–5, 6–8, 9–12, 13–20, 21+, ambiguous 2, 3, 4–5, agreed, model
-    [0.7, 0.5, 0.35, 0.7, 0.25, 0.2, 0.6, 0.65, 0.7, 0.85, 0.85, 0.85, 0.9, 0.2, 0.25, 0.3, 0.93, 0.7], // code
-    [0.8, 0.3, 0.2, 0.8, 0.25, 0.2, 0.1, 0.15, 0.2, 0.3, 0.5, 0.7, 0.9, 0.05, 0.1, 0.15, 0.5, 0.7], // key
-    [0.35, 0.2, 0.1, 0.15, 0.1, 0.1, 0.65, 0.75, 0.75, 0.8, 0.8, 0.95, 0.98, 0.15, 0.3, 0.3, 0.95, 0.7], // value
+    // literal S/M/W, shape S/M/W, copy 2, 3, 4–5, 6–8, 9–12, 13–20, 21+, ambiguous 2, 3, 4–5, listed, agreed, model
+    [0.7, 0.5, 0.35, 0.7, 0.25, 0.2, 0.6, 0.65, 0.7, 0.85, 0.85, 0.85, 0.9, 0.2, 0.25, 0.3, 0.5, 0.93, 0.7], // code
+    [0.8, 0.3, 0.2, 0.8, 0.25, 0.2, 0.1, 0.15, 0.2, 0.3, 0.5, 0.7, 0.9, 0.05, 0.1, 0.15, 0.85, 0.5, 0.7], // key
+    [0.35, 0.2, 0.1, 0.15, 0.1, 0.1, 0.65, 0.75, 0.75, 0.8, 0.8, 0.95, 0.98, 0.15, 0.3, 0.3, 0.5, 0.95, 0.7], // value
 ]);
 
 const fn flatten(t: [[f32; N_KINDS]; N_PLACES]) -> [f32; N_CLASSES] {
@@ -74,6 +75,11 @@ impl Class {
     /// A draft model's token.
     pub const fn model(place: Place) -> Class {
         Class::new(MODEL, place)
+    }
+
+    /// The next item of a list in the prompt, where a key starts.
+    pub const fn listed(place: Place) -> Class {
+        Class::new(LISTED, place)
     }
 
     /// A pack recipe and a copy of the request's own text proposing the same token.
@@ -149,7 +155,8 @@ mod tests {
                     seen.insert(c);
                 }
             }
-            seen.extend([Class::model(place), Class::agreed(place)]);
+            seen.extend([Class::model(place), Class::agreed(place), Class::listed(place)]);
+            assert_eq!(Class::listed(place).source(), Source::Context);
             assert_eq!(Class::agreed(place).source(), Source::Context);
             assert_eq!(Class::model(place).source(), Source::Model);
         }

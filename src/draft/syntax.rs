@@ -9,6 +9,8 @@
 //! answer's), byte by byte over each token's text. Only ASCII `"` `\` `{` `}` `[` `]` `,` `:` matter; the
 //! space and newline markers of byte-level BPE and SentencePiece are non-ASCII and skipped like spaces.
 
+use crate::shape::normalise;
+
 /// Where a token falls.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Place {
@@ -32,8 +34,12 @@ pub struct Lex {
     in_string: bool,
     escaped: bool,
     key: bool,
-    /// Last significant byte outside strings (0 at the start).
+    /// Bytes read inside the current string (saturating).
+    inside: u16,
+    /// Last significant byte outside strings (0 at the start) …
     prev: u8,
+    /// … and the one before the current string's opening quote.
+    opener: u8,
     depth: u32,
     /// Bit d set: the container at depth d + 1 is an object.
     objects: u64,
@@ -50,6 +56,16 @@ impl Lex {
         }
     }
 
+    /// Nesting depth of objects and arrays.
+    pub fn depth(&self) -> u32 {
+        self.depth
+    }
+
+    /// At the start of a key, before any of its text: after `{` (the object's first key) or after `,`.
+    pub fn key_start(&self) -> Option<u8> {
+        (self.in_string && self.key && self.inside == 0).then_some(self.opener)
+    }
+
     fn in_object(&self) -> bool {
         self.depth > 0 && self.depth <= MAX_DEPTH && self.objects >> (self.depth - 1) & 1 == 1
     }
@@ -58,6 +74,7 @@ impl Lex {
     pub fn feed(&mut self, text: &[u8]) {
         for &b in text {
             if self.in_string {
+                self.inside = self.inside.saturating_add(1);
                 match (self.escaped, b) {
                     (true, _) => self.escaped = false,
                     (false, b'\\') => self.escaped = true,
@@ -72,6 +89,8 @@ impl Lex {
             match b {
                 b'"' => {
                     self.in_string = true;
+                    self.inside = 0;
+                    self.opener = self.prev;
                     self.key = self.in_object() && matches!(self.prev, b'{' | b',');
                 }
                 b'{' | b'[' => {
@@ -91,23 +110,43 @@ impl Lex {
     }
 }
 
-/// Every token's text, to read answers with; indexed by token id.
+/// Every token's text with its whitespace markers as plain bytes (`Ġ`/`▁` → space, `Ċ` → newline), indexed by
+/// token id.
 #[derive(Clone, Debug, Default)]
 pub struct TokenTexts {
     bytes: Vec<u8>,
     /// Token t's text is `bytes[ends[t - 1]..ends[t]]` (from 0 for t = 0).
     ends: Vec<u32>,
+    /// Per token whose text starts with a space, the token with the same text without it (-1: none).
+    unspaced: Vec<i32>,
 }
 
 impl TokenTexts {
+    /// From the vocabulary's raw token texts, indexed by id.
     pub fn new(texts: &[&[u8]]) -> TokenTexts {
         let mut bytes = Vec::with_capacity(texts.iter().map(|t| t.len()).sum());
         let mut ends = Vec::with_capacity(texts.len());
+        let mut buf = Vec::new();
         for t in texts {
-            bytes.extend_from_slice(t);
+            normalise(t, &mut buf);
+            bytes.extend_from_slice(&buf);
             ends.push(u32::try_from(bytes.len()).expect("vocabulary text under 4 GiB"));
         }
-        TokenTexts { bytes, ends }
+        let mut tt = TokenTexts { bytes, ends, unspaced: Vec::new() };
+        let by_text: ahash::AHashMap<&[u8], i32> = (0..tt.ends.len() as i32).rev().map(|t| (tt.get(t), t)).collect();
+        let unspaced = (0..tt.ends.len() as i32)
+            .map(|t| match tt.get(t) {
+                [b' ', rest @ ..] if !rest.is_empty() => by_text.get(rest).copied().unwrap_or(-1),
+                _ => -1,
+            })
+            .collect();
+        tt.unspaced = unspaced;
+        tt
+    }
+
+    /// The token spelled like `token` without its leading space.
+    pub fn unspaced(&self, token: i32) -> Option<i32> {
+        usize::try_from(token).ok().and_then(|t| self.unspaced.get(t)).copied().filter(|&u| u >= 0)
     }
 
     /// The text of `token` (empty for an id outside the vocabulary).
@@ -152,10 +191,37 @@ impl Answer {
         }
     }
 
+    /// (State before, text) of the answer's tokens, latest first; `tokens` is the synced sequence.
+    pub fn rev<'a>(&'a self, texts: &'a TokenTexts, tokens: &'a [i32]) -> impl Iterator<Item = (Lex, &'a [u8])> + 'a {
+        (0..self.states.len() - 1).rev().map(move |k| (self.states[k], texts.get(tokens[self.start + k])))
+    }
+
     /// The state after the last synced token.
     pub fn now(&self) -> Lex {
         self.states.last().copied().unwrap_or_default()
     }
+}
+
+/// Writes to `out` the text of the latest key at nesting `depth` in `rev` ((state before, text) of each token,
+/// latest first) up to its closing quote; false if there is none.
+pub fn last_key<'a>(rev: impl Iterator<Item = (Lex, &'a [u8])>, depth: u32, out: &mut Vec<u8>) -> bool {
+    out.clear();
+    let mut pieces: Vec<&[u8]> = Vec::new();
+    for (lex, text) in rev {
+        let in_key = lex.place() == Place::Key && lex.depth == depth;
+        if in_key {
+            pieces.push(text);
+        } else if !pieces.is_empty() {
+            break;
+        }
+    }
+    for p in pieces.iter().rev() {
+        out.extend_from_slice(p);
+    }
+    if let Some(q) = memchr::memchr(b'"', out) {
+        out.truncate(q);
+    }
+    !pieces.is_empty()
 }
 
 #[cfg(test)]
@@ -207,11 +273,39 @@ mod tests {
     }
 
     #[test]
+    fn the_latest_key_at_a_depth_is_found_and_key_starts_are_seen() {
+        let vocab: [&[u8]; 9] = [b"{", b" \"", b"job", b"_title", b"\":", b"x", b"\",", b"[", b"\n"];
+        let texts = TokenTexts::new(&vocab);
+        // Prompt `x`, then the answer `{ "job_title": "x", "job": [{ "x": "x", "`.
+        let seq = [5, 0, 1, 2, 3, 4, 1, 5, 6, 1, 2, 4, 7, 0, 1, 5, 4, 1, 5, 6, 1];
+        let mut ans = Answer::default();
+        ans.reset(1);
+        ans.sync(&texts, &seq, 1);
+        let now = ans.now();
+        assert_eq!((now.key_start(), now.depth()), (Some(b','), 3));
+        let mut key = Vec::new();
+        assert!(last_key(ans.rev(&texts, &seq), 3, &mut key));
+        assert_eq!(key, b"x", "the nested object's key, not the outer one");
+        assert!(last_key(ans.rev(&texts, &seq), 1, &mut key));
+        assert_eq!(key, b"job", "the outer object's latest key");
+        assert!(!last_key(ans.rev(&texts, &seq), 2, &mut key), "the array holds no keys");
+        let mut ans = Answer::default();
+        ans.reset(1);
+        ans.sync(&texts, &seq[..6], 1);
+        assert!(last_key(ans.rev(&texts, &seq[..6]), 1, &mut key));
+        assert_eq!(key, b"job_title");
+        assert_eq!(ans.now().key_start(), None, "after `:` no key starts");
+    }
+
+    #[test]
     fn answers_follow_rollbacks_and_new_tokens() {
         let vocab: [&[u8]; 4] = [b"{", b"\"", b"a", b":"];
         let texts = TokenTexts::new(&vocab);
         assert_eq!(texts.get(2), b"a");
         assert_eq!(texts.get(9), b"");
+        let marked = TokenTexts::new(&[b"x", "Ġname".as_bytes(), b"name", "Ċ".as_bytes()]);
+        assert_eq!((marked.get(1), marked.get(3)), (&b" name"[..], &b"\n"[..]), "markers become bytes");
+        assert_eq!((marked.unspaced(1), marked.unspaced(2), marked.unspaced(7)), (Some(2), None, None));
         let mut ans = Answer::default();
         ans.reset(2);
         let seq = [2, 2, 0, 1, 2];
