@@ -1,7 +1,7 @@
-//! The run-time drafter: pack literal lookup, then pack shape lookup, then n-grams of the current
-//! request, then (when one is attached) a draft model, chained token by token, with a break-even
-//! control that picks the draft length (or none) from measured verify cost, drafter cost and
-//! acceptance.
+//! The run-time drafter: the key a list in the prompt names, pack literal lookup, pack shape lookup, n-grams
+//! of the current request, then (when one is attached) a draft model, chained token by token, with a
+//! break-even control that picks the draft length (or none) from measured verify cost, drafter cost and
+//! acceptance per kind of evidence and place in the answer's syntax.
 //!
 //! Per sequence (llama-server slot): `begin` with the prompt, then each step `propose` (given
 //! every token so far plus the token just sampled) and `accept` (how many drafted tokens the
@@ -484,12 +484,13 @@ impl Drafter {
     }
 }
 
-/// Fills `s.chain` with up to `want` tokens, each looked up after the ones before it: the pack's recipe or
-/// a copy of the request's own text (where they disagree, whichever class of evidence has the higher
-/// acceptance `est`; a copy, once started, runs on token by token while its tokens are taken); the draft
-/// model (source, sequence, how many of the first positions it may fill) answers where neither does. Under the break-even control the chain ends where
-/// no further token could pay. Returns the copy's token for the first position when the pack had no
-/// recipe there (a possible miss of the pack).
+/// Fills `s.chain` with up to `want` tokens, each looked up after the ones before it: where a key starts, the
+/// key the prompt's lists name; else the pack's recipe or a copy of the request's own text (the copy where
+/// they disagree; a copy, once started, runs on token by token while its tokens are taken); the draft model
+/// (source, sequence, how many of the first positions it may fill) answers where none does. Each token's
+/// class is its evidence at its place in the answer's syntax (read over `texts`, when given). Under the
+/// break-even control the chain ends where no further token could pay. Returns the copy's token for the
+/// first position when the pack had no recipe there (a possible miss of the pack).
 #[allow(clippy::too_many_arguments)]
 fn build_chain(
     index: Option<&Index>,
@@ -533,9 +534,9 @@ fn build_chain(
         if i == 0 && pack.is_none() {
             uncovered = copied.map(|(t, _)| t);
         }
+        // A key the prompt's list names comes first: neither a recipe nor a copy knows this request's keys.
         // Agreement is evidence of its own kind; where they disagree the request's own text wins (a recipe
         // it contradicts was right 0–12% of the time on held-out answers).
-        // A key the prompt's list names comes first: neither a recipe nor a copy knows this request's keys.
         let mut next = match (listed, pack, copied) {
             (Some((k, j)), ..) => Some((k[j], Class::listed(place))),
             (None, Some(a), Some(b)) if a.0 == b.0 => Some((a.0, Class::agreed(place))),
