@@ -6,8 +6,9 @@
 //! place, and the control drafts keys and punctuation from the pack and values from the request.
 //!
 //! The answer is read from where generation starts (the prompt's own quotes say nothing about the
-//! answer's), byte by byte over each token's text. Only ASCII `"` `\` `{` `}` `[` `]` `,` `:` matter; the
-//! space and newline markers of byte-level BPE and SentencePiece are non-ASCII and skipped like spaces.
+//! answer's), byte by byte over each token's text ([`TokenTexts`] turns the space and newline markers of
+//! byte-level BPE and SentencePiece into plain bytes; raw markers, being non-ASCII, would be skipped like
+//! spaces anyway). Only ASCII `"` `\` `{` `}` `[` `]` `,` `:` matter.
 
 use crate::shape::normalise;
 
