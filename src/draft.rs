@@ -333,13 +333,9 @@ impl Drafter {
             self.rounds.record(seq, 1, 1.0);
             return 0;
         }
-        let mut est = [0f32; N_CLASSES];
-        for (c, e) in est.iter_mut().enumerate() {
-            let prior = self.global.estimate(c, cfg.class_prior[c], cfg.global_prior_weight);
-            *e = s.rates.estimate(c, prior, cfg.seq_prior_weight);
-        }
+        let global = &self.global;
         // How many tokens the draft model may add, and whether this is a probe of a model that does not pay.
-        let p_model = [est[Class::model(s.answer.now().place()).index()]; MAX_DRAFT];
+        let p_model = [estimate(cfg, global, &s.rates, Class::model(s.answer.now().place())); MAX_DRAFT];
         let (model_len, model_probe) = match model_cost {
             None => (0, false),
             Some(_) if !cfg.adaptive => (n_max, false),
@@ -367,12 +363,12 @@ impl Drafter {
             },
         };
         let model = self.source.as_deref_mut().map(|m| (m, seq, model_len));
-        let pos0 = build_chain(self.index.as_ref(), self.texts.as_ref(), cfg, s, n_max, &est, &verify, need, model);
+        let pos0 = build_chain(self.index.as_ref(), self.texts.as_ref(), cfg, s, n_max, global, &verify, need, model);
 
         let mut p = [0f32; MAX_DRAFT];
         let mut cost = [0f64; MAX_DRAFT];
         for (i, &(_, c)) in s.chain.iter().enumerate() {
-            p[i] = est[c.index()];
+            p[i] = estimate(cfg, global, &s.rates, c);
             cost[i] = if c.source() == Source::Model { model_cost.unwrap_or(0.0) } else { 0.0 };
         }
         let n = s.chain.len();
@@ -504,7 +500,7 @@ fn build_chain(
     cfg: &DrafterConfig,
     s: &mut Seq,
     want: usize,
-    est: &[f32; N_CLASSES],
+    global: &Rates<N_CLASSES>,
     verify: &Verify,
     need: f64,
     mut model: Option<(&mut (dyn TokenSource + 'static), usize, usize)>,
@@ -566,7 +562,7 @@ fn build_chain(
             }
         }
         let Some((t, c)) = next else { break };
-        run *= f64::from(est[c.index()]);
+        run *= f64::from(estimate(cfg, global, &s.rates, c));
         expected += run;
         best = best.max(verify.score(expected, i + 1, 0.0));
         s.chain.push((t, c));
@@ -577,6 +573,14 @@ fn build_chain(
         }
     }
     uncovered
+}
+
+/// Acceptance expected of `c` on a sequence with `rates`: its own counts shrunk towards those all sequences
+/// share (`global`), and those towards the prior. Computed per drafted token, not for every class per call.
+#[inline]
+fn estimate(cfg: &DrafterConfig, global: &Rates<N_CLASSES>, rates: &Rates<N_CLASSES>, c: Class) -> f32 {
+    let i = c.index();
+    rates.estimate(i, global.estimate(i, cfg.class_prior[i], cfg.global_prior_weight), cfg.seq_prior_weight)
 }
 
 /// The key that starts here by the prompt's lists: after the latest key at `depth` (in `rev`, (reader state,
