@@ -200,9 +200,13 @@ fn load_pack_for(path: &Path, texts: &[&[u8]]) -> Result<Pack, EngineError> {
 
 /// The lookup tables of the pack at `path`, validated for `model`'s tokenizer, with its shape table.
 pub fn load_index(path: &Path, model: &Model) -> Result<Index, EngineError> {
-    let texts = token_texts(model);
-    let pack = load_pack_for(path, &texts)?;
-    Ok(Index::new(&pack, Some(ShapeTable::from_token_texts(&texts))))
+    index_for(path, &token_texts(model))
+}
+
+/// `load_index` with the vocabulary's texts already read.
+fn index_for(path: &Path, texts: &[&[u8]]) -> Result<Index, EngineError> {
+    let pack = load_pack_for(path, texts)?;
+    Ok(Index::new(&pack, Some(ShapeTable::from_token_texts(texts))))
 }
 
 /// The drafter of one model: pack index, request n-grams, break-even control, miss log.
@@ -219,7 +223,9 @@ pub struct Engine {
 
 impl Engine {
     pub fn new(model: &Model, cfg: EngineConfig) -> Result<Engine, EngineError> {
-        let index = cfg.pack.as_deref().map(|p| load_index(p, model)).transpose()?;
+        // The vocabulary's texts serve the pack's tokenizer check, its shapes and the drafter's reading of answers.
+        let texts = token_texts(model);
+        let index = cfg.pack.as_deref().map(|p| index_for(p, &texts)).transpose()?;
         let pack = cfg.pack.clone().zip(index.as_ref().map(Index::len));
         let dcfg = DrafterConfig {
             n_seq: cfg.n_seq,
@@ -228,7 +234,7 @@ impl Engine {
             use_context: cfg.use_context,
             ..DrafterConfig::default()
         };
-        let mut drafter = Drafter::new(index, dcfg).with_texts(TokenTexts::new(&token_texts(model)));
+        let mut drafter = Drafter::new(index, dcfg).with_texts(TokenTexts::new(&texts));
         if let Some(d) = &cfg.draft {
             let md = ModelDrafter::load(&ModelDraftConfig {
                 model: d.model.clone(),
