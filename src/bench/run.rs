@@ -144,7 +144,10 @@ pub fn rotation(n: usize, r: usize) -> Vec<usize> {
 pub fn run_interleaved(spec: &RunSpec, configs: &[Config], obs: &dyn Observer) -> Result<Vec<ConfigRun>, RunError> {
     let mut runs: Vec<ConfigRun> = Vec::new();
     let mut servers: Vec<Option<Server>> = Vec::new();
-    let start = |c: &Config, log: &Path| {
+    // Starts configuration `ci`, logging to `log`. A failure is kept in its run, and ends the whole run when it is
+    // the reference's.
+    let launch = |ci: usize, log: &Path, run: &mut ConfigRun| -> Result<Option<Server>, RunError> {
+        let c = &configs[ci];
         let opts = ServerOptions {
             model: spec.model.to_path_buf(),
             plugin: c.plugin.clone(),
@@ -157,24 +160,24 @@ pub fn run_interleaved(spec: &RunSpec, configs: &[Config], obs: &dyn Observer) -
             threads: spec.threads,
             log: log.to_path_buf(),
         };
-        Server::start(&opts).and_then(|s| s.complete(spec.warmup, 8).map(|_| s))
-    };
-    for c in configs {
-        let log = spec.log_dir.join(log_name(c, spec.slots));
-        obs.note(&format!("  starting llama-server: {} (-np {})", c.name, spec.slots));
-        let mut run = ConfigRun { config: c.clone(), slots: spec.slots, requests: vec![], rounds: vec![], error: None, log: log.clone() };
-        match start(c, &log) {
-            Ok(s) => servers.push(Some(s)),
+        match Server::start(&opts).and_then(|s| s.complete(spec.warmup, 8).map(|_| s)) {
+            Ok(s) => Ok(Some(s)),
             Err(e) => {
                 let msg = e.to_string();
-                if c.kind == ConfigKind::None && runs.is_empty() {
+                if c.kind == ConfigKind::None && ci == 0 {
                     return Err(RunError::Reference(msg));
                 }
                 obs.note(&format!("  !! {} did not start: {}", c.name, first_lines(&msg, 6)));
                 run.error = Some(msg);
-                servers.push(None);
+                Ok(None)
             }
         }
+    };
+    for (ci, c) in configs.iter().enumerate() {
+        let log = spec.log_dir.join(log_name(c, spec.slots));
+        obs.note(&format!("  starting llama-server: {} (-np {})", c.name, spec.slots));
+        let mut run = ConfigRun { config: c.clone(), slots: spec.slots, requests: vec![], rounds: vec![], error: None, log: log.clone() };
+        servers.push(launch(ci, &log, &mut run)?);
         runs.push(run);
     }
 
@@ -186,16 +189,7 @@ pub fn run_interleaved(spec: &RunSpec, configs: &[Config], obs: &dyn Observer) -
             *server = None;
             obs.note(&format!("  restarting llama-server: {} (pass {})", configs[ci].name, pass + 1));
             let log = spec.log_dir.join(format!("{}.pass{}", log_name(&configs[ci], spec.slots), pass + 1));
-            match start(&configs[ci], &log) {
-                Ok(s) => *server = Some(s),
-                Err(e) => {
-                    if configs[ci].kind == ConfigKind::None && ci == 0 {
-                        return Err(RunError::Reference(e.to_string()));
-                    }
-                    obs.note(&format!("  !! {} did not restart: {}", configs[ci].name, first_lines(&e.to_string(), 6)));
-                    runs[ci].error = Some(e.to_string());
-                }
-            }
+            *server = launch(ci, &log, &mut runs[ci])?;
         }
         for (ri, chunk) in spec.prompts.chunks(spec.slots.max(1) as usize).enumerate() {
             let round = pass * n_rounds_per_pass + ri;
