@@ -12,6 +12,9 @@ use crate::draft::syntax::{Answer, TokenTexts};
 use crate::draft::{next_key, Drafter, DrafterConfig};
 use crate::index::Index;
 
+mod ngram_simple;
+pub use ngram_simple::NgramSimple;
+
 /// One recorded request: the prompt's tokens and the target's greedy continuation.
 #[derive(Clone, Debug)]
 pub struct Recorded {
@@ -55,10 +58,33 @@ impl Replayed {
     }
 }
 
-/// Serves `runs` in order on sequence 0 of `d`, drafting at most `n_max` tokens a step; a pass verifying
-/// m tokens costs `beta(m)` plain steps of `unit_ns` each on the drafter's clock. Returns each run's
-/// measurement and their sum.
-pub fn replay(d: &mut Drafter, runs: &[Recorded], n_max: usize, beta: impl Fn(usize) -> f64, unit_ns: f64) -> (Vec<Replayed>, Replayed) {
+/// A drafter under replay: the plugin's [`Drafter`] (on sequence 0) or a baseline such as llama.cpp's
+/// ngram-simple ([`NgramSimple`]), so both are measured on the same recordings and the same clock.
+pub trait Proposer {
+    /// A new request with this prompt.
+    fn begin(&mut self, prompt: &[i32]);
+    /// Drafts at most `n_max` tokens after `hist` + `last` into `out`, at `now_ns` on the clock.
+    fn propose(&mut self, hist: &[i32], last: i32, n_max: usize, now_ns: u64, out: &mut Vec<i32>) -> usize;
+    /// The target kept the first `n` drafted tokens.
+    fn accept(&mut self, n: usize);
+}
+
+impl Proposer for Drafter {
+    fn begin(&mut self, prompt: &[i32]) {
+        Drafter::begin(self, 0, prompt);
+    }
+    fn propose(&mut self, hist: &[i32], last: i32, n_max: usize, now_ns: u64, out: &mut Vec<i32>) -> usize {
+        Drafter::propose(self, 0, hist, last, n_max, now_ns, out)
+    }
+    fn accept(&mut self, n: usize) {
+        Drafter::accept(self, 0, n);
+    }
+}
+
+/// Serves `runs` in order to `d`, drafting at most `n_max` tokens a step; a pass verifying m tokens costs
+/// `beta(m)` plain steps of `unit_ns` each on the drafter's clock. Returns each run's measurement and
+/// their sum.
+pub fn replay(d: &mut impl Proposer, runs: &[Recorded], n_max: usize, beta: impl Fn(usize) -> f64, unit_ns: f64) -> (Vec<Replayed>, Replayed) {
     let mut now = 0u64;
     let mut total = Replayed::default();
     let mut each = Vec::with_capacity(runs.len());
@@ -69,14 +95,15 @@ pub fn replay(d: &mut Drafter, runs: &[Recorded], n_max: usize, beta: impl Fn(us
             each.push(m);
             continue;
         };
-        d.begin(0, &r.prompt);
+        d.begin(&r.prompt);
         let mut hist = r.prompt.clone();
         let mut last = first;
         let mut i = 0; // rest[i] is what the target samples next
         while i < rest.len() {
-            let g = d.propose(0, &hist, last, n_max, now, &mut draft);
+            // llama-server never verifies past the request's remaining tokens.
+            let g = d.propose(&hist, last, n_max.min(rest.len() - i), now, &mut draft);
             let acc = draft.iter().zip(&rest[i..]).take_while(|(a, b)| a == b).count();
-            d.accept(0, acc);
+            d.accept(acc);
             let cost = beta(g + 1);
             now += (cost * unit_ns) as u64;
             hist.push(last);
