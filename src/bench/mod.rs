@@ -282,7 +282,6 @@ pub fn run(opts: &BenchOptions, packs: Option<&PackBuilder>, obs: &dyn Observer)
                     None => Err("no pack builder given".into()),
                     Some(build) => {
                         let out = prep_dir.join(format!("{stem}.recipes.json"));
-                        let _ = std::fs::remove_file(&out);
                         obs.note(&format!("  compiling the recipe pack from {} training prompts", train.len()));
                         let job = PackJob { model: &model, model_path: &path, name: &name, prompts: &train, sampling: &opts.sampling, out: &out };
                         match build(&job) {
