@@ -533,7 +533,11 @@ fn build_chain(
         if cfg.use_context && copy.is_none() {
             copy = s.ctx.find(&s.scratch[keep..], cfg.ctx_min_n);
         }
-        let copied = copy.map(|c| (s.ctx.token(c), Class::copy(c.len, c.ambiguous, place)));
+        // A copy never proposes a control token: in the prompt those are the chat template's markers, which
+        // the answer does not repeat (on HumanEval the copy of a docstring ran on into `<|im_end|>`).
+        let copied = copy
+            .map(|c| (s.ctx.token(c), Class::copy(c.len, c.ambiguous, place)))
+            .filter(|&(t, _)| !texts.is_some_and(|tx| tx.is_control(t)));
         if i == 0 && pack.is_none() {
             uncovered = copied.map(|(t, _)| t);
         }
@@ -874,6 +878,31 @@ mod tests {
         let short = [10, 11, 12, 13, 50, 51, 11];
         d.begin(0, &short);
         assert_eq!(d.propose(0, &short, 12, 15, 1, &mut out), 0, "{out:?}");
+    }
+
+    #[test]
+    fn a_copy_stops_before_a_control_token() {
+        // The prompt's passage ends in the chat template's end-of-turn marker (token 3); the answer copies the
+        // passage and must not be offered the marker.
+        let vocab: Vec<Vec<u8>> = (0..40).map(|t| format!("w{t} ").into_bytes()).collect();
+        let vocab: Vec<&[u8]> = vocab.iter().map(Vec::as_slice).collect();
+        let texts = TokenTexts::new(&vocab).with_control(|t| t == 3);
+        let passage: Vec<i32> = (10..35).collect();
+        let mut prompt = vec![1, 2];
+        prompt.extend(&passage);
+        prompt.extend([3, 4]);
+        let mut tokens = prompt.clone();
+        tokens.extend(&passage[..20]);
+        let (&last, tokens) = tokens.split_last().unwrap();
+        let mut out = Vec::new();
+        let mut d = Drafter::new(None, DrafterConfig { adaptive: false, ..DrafterConfig::default() });
+        d.begin(0, &prompt);
+        d.propose(0, tokens, last, 15, 0, &mut out);
+        assert_eq!(out[..6], [30, 31, 32, 33, 34, 3], "without token texts the copy runs on into the marker");
+        let mut d = Drafter::new(None, DrafterConfig { adaptive: false, ..DrafterConfig::default() }).with_texts(texts);
+        d.begin(0, &prompt);
+        d.propose(0, tokens, last, 15, 0, &mut out);
+        assert_eq!(out, [30, 31, 32, 33, 34]);
     }
 
     #[test]

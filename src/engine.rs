@@ -181,6 +181,11 @@ pub fn token_texts(model: &Model) -> Vec<&[u8]> {
     (0..model.n_vocab() as Token).map(|t| model.token_text(t)).collect()
 }
 
+/// The vocabulary as the drafter reads it: every token's text, and which are control tokens.
+pub fn drafter_texts(model: &Model, texts: &[&[u8]]) -> TokenTexts {
+    TokenTexts::new(texts).with_control(|t| model.is_control(t) || model.is_eog(t))
+}
+
 /// The tokenizer fingerprint of a model (what packs and shortlists are checked against).
 pub fn model_fingerprint(model: &Model) -> String {
     crate::pack::tokenizer_fingerprint(token_texts(model).into_iter())
@@ -234,7 +239,7 @@ impl Engine {
             use_context: cfg.use_context,
             ..DrafterConfig::default()
         };
-        let mut drafter = Drafter::new(index, dcfg).with_texts(TokenTexts::new(&texts));
+        let mut drafter = Drafter::new(index, dcfg).with_texts(drafter_texts(model, &texts));
         if let Some(d) = &cfg.draft {
             let md = ModelDrafter::load(&ModelDraftConfig {
                 model: d.model.clone(),

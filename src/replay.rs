@@ -161,7 +161,9 @@ pub fn oracle(
                 }
             }
             let pack = index.and_then(|ix| cfg.recipe(ix, &hist)).is_some_and(|h| h.token == t);
-            let copy = cfg.use_context && ctx.find(&[], cfg.ctx_min_n).is_some_and(|c| ctx.token(c) == t);
+            let copy = cfg.use_context
+                && ctx.find(&[], cfg.ctx_min_n).is_some_and(|c| ctx.token(c) == t)
+                && !texts.is_some_and(|tx| tx.is_control(t));
             // A listed key is proposed token by token while the answer spells it.
             let list = listed.is_some_and(|k| k.first() == Some(&t));
             listed = listed.filter(|_| list).map(|k| &k[1..]).filter(|k| !k.is_empty());

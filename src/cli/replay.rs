@@ -3,7 +3,6 @@
 
 use super::CliResult;
 use kolm_rsd::draft::control::{BetaModel, DEFAULT_BETA_PRIOR, INVARIANT_DRAFT};
-use kolm_rsd::draft::syntax::TokenTexts;
 use kolm_rsd::draft::{Drafter, DrafterConfig};
 use kolm_rsd::llama::{self, Model, ModelOptions};
 use kolm_rsd::replay::{oracle, replay, NgramSimple, Recorded, Replayed};
@@ -71,7 +70,7 @@ pub fn run(a: &ReplayArgs) -> CliResult {
     println!("\n| clock | speedup | tokens per pass | drafted | accepted | α | per prompt |\n|---|---:|---:|---:|---:|---:|---|");
     let index = pack.as_deref().map(|p| engine::load_index(p, &model)).transpose()?;
     let cfg = DrafterConfig { use_context: !a.no_context, ..DrafterConfig::default() };
-    let texts = TokenTexts::new(&engine::token_texts(&model));
+    let texts = engine::drafter_texts(&model, &engine::token_texts(&model));
     let row = |name: &str, (each, t): (Vec<Replayed>, Replayed)| {
         let per: Vec<String> = each.iter().map(|r| format!("{:.2}", r.speedup())).collect();
         println!(

@@ -120,6 +120,8 @@ pub struct TokenTexts {
     ends: Vec<u32>,
     /// Per token whose text starts with a space, the token with the same text without it (-1: none).
     unspaced: Vec<i32>,
+    /// Control and end-of-generation tokens, one bit each (empty: none known).
+    control: Vec<u64>,
 }
 
 impl TokenTexts {
@@ -133,7 +135,7 @@ impl TokenTexts {
             bytes.extend_from_slice(&buf);
             ends.push(u32::try_from(bytes.len()).expect("vocabulary text under 4 GiB"));
         }
-        let mut tt = TokenTexts { bytes, ends, unspaced: Vec::new() };
+        let mut tt = TokenTexts { bytes, ends, unspaced: Vec::new(), control: Vec::new() };
         let by_text: ahash::AHashMap<&[u8], i32> = (0..tt.ends.len() as i32).rev().map(|t| (tt.get(t), t)).collect();
         let unspaced = (0..tt.ends.len() as i32)
             .map(|t| match tt.get(t) {
@@ -143,6 +145,21 @@ impl TokenTexts {
             .collect();
         tt.unspaced = unspaced;
         tt
+    }
+
+    /// Marks the tokens `control` says are the tokenizer's control or end-of-generation tokens: the chat
+    /// template's markers, which a copy of the prompt must not propose.
+    pub fn with_control(mut self, control: impl Fn(i32) -> bool) -> TokenTexts {
+        self.control = vec![0; self.ends.len().div_ceil(64)];
+        for t in (0..self.ends.len()).filter(|&t| control(t as i32)) {
+            self.control[t / 64] |= 1 << (t % 64);
+        }
+        self
+    }
+
+    #[inline]
+    pub fn is_control(&self, token: i32) -> bool {
+        usize::try_from(token).ok().and_then(|t| self.control.get(t / 64).map(|w| w >> (t % 64) & 1 == 1)).unwrap_or(false)
     }
 
     /// The token spelled like `token` without its leading space.
