@@ -32,6 +32,12 @@ const EMA_SAMPLES: u32 = 16;
 const REFIT_EVERY: u32 = 8;
 /// Intervals longer than this many times the expected step are idle time, not cost.
 const OUTLIER: f64 = 20.0;
+/// Once a bucket has [`CLIP_AFTER`] samples, an interval counts at most this many times its mean. Noise on
+/// a busy machine only ever adds time, and a bucket drafted a few dozen times otherwise carries a single
+/// stall for its whole window: served, β(2..5) came out 1.75 2.40 2.59 3.24 in one pass and 1.91 2.59 3.24
+/// 3.73 in the next, on the same requests, and the second pass drafted 25% fewer times.
+const CLIP: f64 = 1.5;
+const CLIP_AFTER: u32 = 4;
 
 const BUCKETS: usize = MAX_DRAFT + 2;
 
@@ -103,6 +109,7 @@ impl BetaModel {
         if dt <= 0.0 {
             return;
         }
+        let dt = if self.samples[m] >= CLIP_AFTER { dt.min(CLIP * self.mean_ns[m]) } else { dt };
         self.samples[m] = self.samples[m].saturating_add(1);
         let w = 1.0 / f64::from(self.samples[m].min(EMA_SAMPLES));
         self.mean_ns[m] += w * (dt - self.mean_ns[m]);
@@ -305,6 +312,24 @@ mod tests {
         );
         b.observe(1, 50_000_000_000);
         assert!(b.beta(2) > 2.7, "idle gaps are ignored");
+    }
+
+    #[test]
+    fn stalls_count_little_and_a_lasting_change_is_followed() {
+        // A step of 2 tokens costs 1.6 plain steps, but one in eight of them stalls to 4× its time; plain
+        // steps happened not to stall. Unclipped, β(2) would be measured near 2.2.
+        let run = |b: &mut BetaModel, unit: u64, steps: usize| {
+            for i in 0..steps {
+                b.observe(1, unit);
+                b.observe(2, unit * 16 / 10 * if i % 8 == 3 { 4 } else { 1 });
+            }
+        };
+        let mut b = BetaModel::new(&[(1, 1.0), (2, 1.3), (16, 8.0)]);
+        run(&mut b, 10_000_000, 200);
+        assert!(b.beta(2) > 1.55 && b.beta(2) < 1.8, "β(2) = {}", b.beta(2));
+        // The machine becomes twice as slow for good, plain steps and verifies alike: followed within 40 steps.
+        run(&mut b, 20_000_000, 40);
+        assert!(b.unit_ns().unwrap() > 19_000_000.0 && b.beta(2) > 1.55 && b.beta(2) < 1.8, "{:?} {}", b.unit_ns(), b.beta(2));
     }
 
     #[test]
