@@ -250,6 +250,9 @@ impl Drafter {
     /// Attaches the vocabulary's token texts (indexed by id), so acceptance is learned per place in the
     /// answer's syntax (see [`syntax`]).
     pub fn with_texts(mut self, texts: TokenTexts) -> Drafter {
+        for s in &mut self.seqs {
+            s.ctx.set_canon(texts.canonical());
+        }
         self.texts = Some(texts);
         self
     }

@@ -140,6 +140,9 @@ pub fn oracle(
 ) -> Replayed {
     let mut total = Replayed::default();
     let mut ctx = ContextIndex::new(cfg.ctx_max_n);
+    if let Some(tx) = texts {
+        ctx.set_canon(tx.canonical());
+    }
     let (mut answer, mut key) = (Answer::default(), Vec::new());
     for r in runs {
         let Some((&first, rest)) = r.output.split_first() else { continue };

@@ -6,6 +6,7 @@
 //! window against the mirror, so stale map entries left by a rollback are harmless.
 
 use ahash::AHashMap;
+use std::sync::Arc;
 
 use crate::hash::SuffixHasher;
 
@@ -18,6 +19,9 @@ pub struct ContextIndex {
     /// k-gram key → (position after its latest occurrence, occurrences).
     next: AHashMap<u64, (u32, u32)>,
     max_n: usize,
+    /// Token id → the id it is matched as (see [`TokenTexts::canonical`](super::syntax::TokenTexts::canonical));
+    /// empty: every token as itself.
+    canon: Arc<[i32]>,
 }
 
 impl ContextIndex {
@@ -26,7 +30,20 @@ impl ContextIndex {
             tokens: Vec::new(),
             next: AHashMap::new(),
             max_n: max_n.clamp(1, 8),
+            canon: Arc::new([]),
         }
+    }
+
+    /// Matches tokens by `canon` from the next [`reset`](Self::reset) on; copies still propose the tokens
+    /// themselves.
+    pub fn set_canon(&mut self, canon: Arc<[i32]>) {
+        self.canon = canon;
+    }
+
+    /// What `t` is matched as.
+    #[inline]
+    fn key(&self, t: i32) -> i32 {
+        usize::try_from(t).ok().and_then(|i| self.canon.get(i)).copied().unwrap_or(t)
     }
 
     /// Starts over with `prompt`.
@@ -71,7 +88,7 @@ impl ContextIndex {
         let i = self.tokens.len();
         let mut h = SuffixHasher::new();
         for k in 1..=self.max_n.min(i) {
-            h.push(self.tokens[i - k] as u32);
+            h.push(self.key(self.tokens[i - k]) as u32);
             let e = self.next.entry(h.key()).or_insert((0, 0));
             *e = (i as u32, e.1 + 1);
         }
@@ -88,7 +105,7 @@ impl ContextIndex {
     pub fn find(&self, drafted: &[i32], min_n: usize) -> Option<Copy> {
         let m = self.tokens.len();
         let len = m + drafted.len();
-        let at = |i: usize| if i < m { self.tokens[i] } else { drafted[i - m] };
+        let at = |i: usize| self.key(if i < m { self.tokens[i] } else { drafted[i - m] });
         let mut keys = [0u64; 8];
         let mut h = SuffixHasher::new();
         let top = self.max_n.min(len);
@@ -99,11 +116,11 @@ impl ContextIndex {
         (min_n.max(1)..=top).rev().find_map(|k| {
             let (p, seen) = *self.next.get(&keys[k - 1])?;
             let p = p as usize;
-            if p >= m || p < k || (1..=k).any(|j| self.tokens[p - j] != at(len - j)) {
+            if p >= m || p < k || (1..=k).any(|j| self.key(self.tokens[p - j]) != at(len - j)) {
                 return None;
             }
             let mut n = k;
-            while n < MAX_MATCH && n < p && self.tokens[p - n - 1] == at(len - n - 1) {
+            while n < MAX_MATCH && n < p && self.key(self.tokens[p - n - 1]) == at(len - n - 1) {
                 n += 1;
             }
             Some(Copy { pos: p, len: n, ambiguous: seen > 1 })
@@ -184,6 +201,21 @@ mod tests {
         let c = ctx(&[5, 1, 2, 3, 4, 8, 1, 2, 3], 2);
         let x = c.find(&[], 1).unwrap();
         assert_eq!((c.token(x), x.len), (4, 3), "hashed on 2 3, matched 1 2 3");
+    }
+
+    #[test]
+    fn a_canonical_match_runs_across_a_different_newline_run() {
+        // 7 and 8 are both runs of newlines (matched as 7): the answer's `1 2 3 8 4` copies the prompt's
+        // `1 2 3 7 4 5` and proposes 5 after a 5-token match.
+        let tokens = [9, 1, 2, 3, 7, 4, 5, 6, 1, 2, 3, 8, 4];
+        let exact = ctx(&tokens, 4);
+        let x = exact.find(&[], 1).unwrap();
+        assert_eq!((exact.token(x), x.len), (5, 1), "exactly, only `4` matches");
+        let mut c = ContextIndex::new(4);
+        c.set_canon(std::sync::Arc::from(vec![0, 1, 2, 3, 4, 5, 6, 7, 7, 9]));
+        c.reset(&tokens);
+        let x = c.find(&[], 2).unwrap();
+        assert_eq!((c.token(x), x.len), (5, 5));
     }
 
     #[test]

@@ -122,6 +122,8 @@ pub struct TokenTexts {
     unspaced: Vec<i32>,
     /// Control and end-of-generation tokens, one bit each (empty: none known).
     control: Vec<u64>,
+    /// Per token, the id the request's copies match it as (see [`TokenTexts::canonical`]).
+    canonical: std::sync::Arc<[i32]>,
 }
 
 impl TokenTexts {
@@ -135,7 +137,7 @@ impl TokenTexts {
             bytes.extend_from_slice(&buf);
             ends.push(u32::try_from(bytes.len()).expect("vocabulary text under 4 GiB"));
         }
-        let mut tt = TokenTexts { bytes, ends, unspaced: Vec::new(), control: Vec::new() };
+        let mut tt = TokenTexts { bytes, ends, unspaced: Vec::new(), control: Vec::new(), canonical: std::sync::Arc::new([]) };
         let by_text: ahash::AHashMap<&[u8], i32> = (0..tt.ends.len() as i32).rev().map(|t| (tt.get(t), t)).collect();
         let unspaced = (0..tt.ends.len() as i32)
             .map(|t| match tt.get(t) {
@@ -144,7 +146,24 @@ impl TokenTexts {
             })
             .collect();
         tt.unspaced = unspaced;
+        let newline = (0..tt.ends.len() as i32).find(|&t| tt.get(t) == b"\n");
+        tt.canonical = (0..tt.ends.len() as i32)
+            .map(|t| match tt.get(t) {
+                text if !text.is_empty() && text.iter().all(|&b| b == b'\n') => newline.unwrap_or(t),
+                _ => t,
+            })
+            .collect();
         tt
+    }
+
+    /// Per token, the id a copy of the request's text matches it as: one newline for any run of newlines,
+    /// every other token as itself. An answer re-typing the prompt's code closes a blank line with `\n\n`
+    /// where the prompt had `\n\n\n`; matched exactly, the copy then restarted from a 1-token match and was
+    /// trusted like a short one for the rest of the line (replay, HumanEval: 1.51× → 1.54×). Matching a
+    /// spaced word as its unspaced twin too (` Price` in the prompt, `Price` after a JSON quote) was tried and
+    /// cost 2.4% on JSON extraction.
+    pub fn canonical(&self) -> std::sync::Arc<[i32]> {
+        self.canonical.clone()
     }
 
     /// Marks the tokens `control` says are the tokenizer's control or end-of-generation tokens: the chat
@@ -313,6 +332,15 @@ mod tests {
         assert!(last_key(ans.rev(&texts, &seq[..6]), 1, &mut key));
         assert_eq!(key, b"job_title");
         assert_eq!(ans.now().key_start(), None, "after `:` no key starts");
+    }
+
+    #[test]
+    fn runs_of_newlines_are_matched_as_one_and_control_tokens_are_marked() {
+        let texts = TokenTexts::new(&["ĊĊ".as_bytes(), b"x", "Ċ".as_bytes(), "ĊĊĊ".as_bytes(), "Ġx".as_bytes(), b"<|end|>"])
+            .with_control(|t| t == 5);
+        assert_eq!(*texts.canonical(), [2, 1, 2, 2, 4, 5]);
+        assert_eq!((0..7).map(|t| texts.is_control(t)).collect::<Vec<_>>(), [false, false, false, false, false, true, false]);
+        assert!(!TokenTexts::new(&[b"x"]).is_control(0), "none known");
     }
 
     #[test]
