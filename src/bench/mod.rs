@@ -282,7 +282,7 @@ pub fn run(opts: &BenchOptions, packs: Option<&PackBuilder>, obs: &dyn Observer)
                     None => Err("no pack builder given".into()),
                     Some(build) => {
                         let out = prep_dir.join(format!("{stem}.recipes.json"));
-                        obs.note(&format!("  compiling the recipe pack from {} training prompts", train.len()));
+                        obs.note(&format!("  recipe pack from {} training prompts (compiled, or reused when made before from them)", train.len()));
                         let job = PackJob { model: &model, model_path: &path, name: &name, prompts: &train, sampling: &opts.sampling, out: &out };
                         match build(&job) {
                             Ok(b) => {
