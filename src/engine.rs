@@ -203,13 +203,9 @@ fn load_pack_for(path: &Path, texts: &[&[u8]]) -> Result<Pack, EngineError> {
     Ok(Pack::from_slice(&bytes, &path.display().to_string(), Some(&fp), Some(texts.len() as u32))?)
 }
 
-/// The lookup tables of the pack at `path`, validated for `model`'s tokenizer, with its shape table.
-pub fn load_index(path: &Path, model: &Model) -> Result<Index, EngineError> {
-    index_for(path, &token_texts(model))
-}
-
-/// `load_index` with the vocabulary's texts already read.
-fn index_for(path: &Path, texts: &[&[u8]]) -> Result<Index, EngineError> {
+/// The lookup tables of the pack at `path`, validated for the tokenizer whose token texts are `texts`
+/// ([`token_texts`], read once by the caller, who needs them for the drafter too), with its shape table.
+pub fn load_index(path: &Path, texts: &[&[u8]]) -> Result<Index, EngineError> {
     let pack = load_pack_for(path, texts)?;
     Ok(Index::new(&pack, Some(ShapeTable::from_token_texts(texts))))
 }
@@ -230,7 +226,7 @@ impl Engine {
     pub fn new(model: &Model, cfg: EngineConfig) -> Result<Engine, EngineError> {
         // The vocabulary's texts serve the pack's tokenizer check, its shapes and the drafter's reading of answers.
         let texts = token_texts(model);
-        let index = cfg.pack.as_deref().map(|p| index_for(p, &texts)).transpose()?;
+        let index = cfg.pack.as_deref().map(|p| load_index(p, &texts)).transpose()?;
         let pack = cfg.pack.clone().zip(index.as_ref().map(Index::len));
         let dcfg = DrafterConfig {
             n_seq: cfg.n_seq,

@@ -68,9 +68,10 @@ pub fn run(a: &ReplayArgs) -> CliResult {
         if a.no_context { "off" } else { "on" }
     );
     println!("\n| clock | speedup | tokens per pass | drafted | accepted | α | per prompt |\n|---|---:|---:|---:|---:|---:|---|");
-    let index = pack.as_deref().map(|p| engine::load_index(p, &model)).transpose()?;
+    let vocab = engine::token_texts(&model);
+    let index = pack.as_deref().map(|p| engine::load_index(p, &vocab)).transpose()?;
     let cfg = DrafterConfig { use_context: !a.no_context, ..DrafterConfig::default() };
-    let texts = engine::drafter_texts(&model, &engine::token_texts(&model));
+    let texts = engine::drafter_texts(&model, &vocab);
     let row = |name: &str, (each, t): (Vec<Replayed>, Replayed)| {
         let per: Vec<String> = each.iter().map(|r| format!("{:.2}", r.speedup())).collect();
         println!(
