@@ -1,6 +1,7 @@
 //! C programs that include only kolm-rsd.h and llama.h, linked against libkolm_rsd and the one libllama:
 //! the propose → verify loop (identical to plain greedy decoding), and the batch-invariance check of the
-//! patched ggml (logits of a verify batch bitwise equal to single-token decoding).
+//! patched ggml (logits of a verify batch bitwise equal to single-token decoding, and its multi-column kernels
+//! bitwise equal to the single-column ones).
 
 mod common;
 
@@ -68,7 +69,19 @@ fn verify_batches_are_bitwise_on_qwen_q4_k_m() {
     let exe = dir.join("batch_invariance");
     common::cc(&["tests/c/batch_invariance.c"], &exe, false, false);
     for fa in ["off", "on"] {
-        let (ok, out) = run(Command::new(&exe).arg(&model).args(["-n", "16", "-bmin", "2", "-bmax", "6", "-q", "--mode", "plain", "-fa", fa]));
+        // up to 16 columns: the multi-column Q4_K and Q6_K kernels (patch 0005) in one pass each
+        let (ok, out) = run(Command::new(&exe).arg(&model).args(["-n", "16", "-bmin", "2", "-bmax", "16", "-q", "--mode", "plain", "-fa", fa]));
         assert!(ok, "Qwen, flash attention {fa}: batched logits differ from single-token decoding\n{out}");
     }
+}
+
+#[test]
+fn multi_column_kernels_are_bitwise_their_single_column_originals() {
+    // Random blocks, several row lengths, 1..16 columns: what one model's shapes would not all reach.
+    let dir = common::scratch("c-ncols-kernels");
+    let exe = dir.join("ncols_kernels");
+    common::cc(&["tests/c/ncols_kernels.c"], &exe, false, false);
+    let (ok, out) = run(&mut Command::new(&exe));
+    assert!(ok, "{out}");
+    assert!(out.contains("PASS") || out.contains("nothing to check"), "{out}");
 }
