@@ -862,10 +862,16 @@ mod tests {
         );
     }
 
+    /// A machine where verification is dear (this CPU before patch 0005: the second token costs 0.6 steps, every
+    /// further one 0.5), so that only drafts resting on strong evidence pay; the decisions tested below are the
+    /// drafter's, not the current prior's.
+    fn dear() -> DrafterConfig {
+        DrafterConfig { beta_prior: vec![(1, 1.0), (2, 1.6), (16, 8.6)], ..DrafterConfig::default() }
+    }
+
     #[test]
     fn drafts_long_copies_of_long_matches_and_nothing_on_short_ones() {
-        // This CPU's β prior: only drafts resting on strong evidence pay.
-        let mut d = Drafter::new(None, DrafterConfig::default());
+        let mut d = Drafter::new(None, dear());
         let passage: Vec<i32> = (100..130).collect();
         let mut prompt = vec![1, 2];
         prompt.extend(&passage);
@@ -917,11 +923,11 @@ mod tests {
         let value: &[i32] = &[4, 0, 1, 2, 3]; // … `{ "name":`, then ` "`
         let mut out = Vec::new();
         for (tokens, drafted) in [(key, 1), (value, 0)] {
-            let mut d = Drafter::new(pack(), DrafterConfig::default()).with_texts(TokenTexts::new(&vocab));
+            let mut d = Drafter::new(pack(), dear()).with_texts(TokenTexts::new(&vocab));
             d.begin(0, &tokens[..1]);
             assert_eq!(d.propose(0, tokens, 1, 4, 0, &mut out), drafted, "{tokens:?}");
         }
-        let mut d = Drafter::new(pack(), DrafterConfig::default());
+        let mut d = Drafter::new(pack(), dear());
         d.begin(0, &value[..1]);
         assert_eq!(d.propose(0, value, 1, 4, 0, &mut out), 1, "without token texts every place counts as code");
     }
@@ -964,10 +970,10 @@ mod tests {
             d.propose(1, &[50, 51], 52, 15, 0, out); // sequence 1 puts one token into the call
             d.propose(0, toks, *last, 15, 0, out)
         };
-        assert_eq!(drafted(DrafterConfig::default(), &mut out), 0, "{out:?}");
-        let lenient = DrafterConfig { shared_min_gain: 0.05, ..DrafterConfig::default() };
+        assert_eq!(drafted(dear(), &mut out), 0, "{out:?}");
+        let lenient = DrafterConfig { shared_min_gain: 0.05, ..dear() };
         assert!(drafted(lenient, &mut out) >= 2, "with the single-sequence margin it would draft");
-        let mut alone = Drafter::new(None, DrafterConfig::default());
+        let mut alone = Drafter::new(None, dear());
         alone.begin(0, toks);
         assert!(alone.propose(0, toks, *last, 15, 0, &mut out) >= 3);
     }
