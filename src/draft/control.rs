@@ -16,11 +16,11 @@ pub const INVARIANT_DRAFT: usize = 15;
 
 /// β(m) for m tokens verified (logits at every position) on the 2-core target machine, Qwen2.5-Coder-1.5B
 /// Q4_K_M with patches 0001–0005: the second token costs 0.55 of a step, the next ones about 0.34, and
-/// past 8 the line steepens to 0.39 (`batch_invariance --bench`, docs/batch-invariance.md: β(4) = 2.27–2.31,
-/// β(8) = 3.54–3.61, β(16) = 6.5–7.1 in two runs). A prior copied from one table kept its bumps, and β(5) − β(4)
-/// = 0.19 once made a token added to a shared call (`-np 4`) look nearly free, so it is three straight
-/// pieces. It is only where learning starts: lengths that are drafted get measured, the others follow the
-/// measured ones.
+/// past 8 the line steepens to 0.39. That is the dear end of what was measured (docs/batch-invariance.md:
+/// β(4) = 1.96–2.24, β(8) = 3.10–3.58, β(16) = 5.81–6.64 in three runs; 2.21, 3.37, 6.06 in the served
+/// bench). A prior copied from one table kept its bumps, and β(5) − β(4) = 0.19 once made a token added to
+/// a shared call (`-np 4`) look nearly free, so it is three straight pieces. It is only where learning
+/// starts: lengths that are drafted get measured, the others follow the measured ones.
 pub const DEFAULT_BETA_PRIOR: &[(u32, f32)] = &[(1, 1.0), (2, 1.55), (8, 3.6), (16, 6.7)];
 
 /// Pseudo-samples the prior is worth against measurements in each bucket.
