@@ -7,6 +7,7 @@
 //!
 //! The build tree lives in `<target>/llama.cpp/` so debug and release builds, the tests, the CLI and the plugin
 //! all link one `libllama`/`libggml` (found through an rpath, no LD_LIBRARY_PATH needed).
+//! `KOLM_LLAMA_BUILD_DIR` names another build tree (the fuzz and sanitizer scripts reuse the normal one).
 
 use sha2::{Digest, Sha256};
 use std::env;
@@ -22,7 +23,7 @@ fn main() {
     for p in ["build.rs", "vendor/llama.cpp.lock", "patches", "src/ffi", "cbindgen.toml"] {
         println!("cargo:rerun-if-changed={p}");
     }
-    for v in ["KOLM_LLAMA_CPP_DIR", "KOLM_RSD_CACHE", "KOLM_RSD_UPDATE_HEADER"] {
+    for v in ["KOLM_LLAMA_CPP_DIR", "KOLM_LLAMA_BUILD_DIR", "KOLM_RSD_CACHE", "KOLM_RSD_UPDATE_HEADER"] {
         println!("cargo:rerun-if-env-changed={v}");
     }
 
@@ -36,7 +37,9 @@ fn main() {
         None => vendored_tree(&manifest, &patches),
     };
 
-    let build = target_dir(&out).join("llama.cpp");
+    // Builds for another target dir (cargo fuzz, sanitizers: `<target>/<triple>/...`) may point at the
+    // normal build's tree instead of building llama.cpp a second time.
+    let build = env::var_os("KOLM_LLAMA_BUILD_DIR").map(PathBuf::from).unwrap_or_else(|| target_dir(&out).join("llama.cpp"));
     cmake_build(&src, &build);
     let bin = build.join("bin");
 
