@@ -50,6 +50,8 @@ pub struct CompileReport {
     /// Held-out (templated prompt tokens, greedy continuation): what serving them produces.
     pub heldout: Vec<(Vec<Token>, Vec<Token>)>,
     pub misses_folded: usize,
+    /// Lines of the miss logs that were not records (malformed, or torn by a writer that died).
+    pub miss_lines_skipped: usize,
     pub seconds: f64,
 }
 
@@ -101,9 +103,11 @@ pub fn compile(model: &Model, name: &str, prompts: &[Prompt], opts: &CompileOpti
     }
 
     let mut misses: Vec<Miss> = Vec::new();
+    let mut miss_lines_skipped = 0;
     for path in &opts.misses {
         let f = std::fs::File::open(path).map_err(|e| CompileError::Io(path.display().to_string(), e))?;
-        read_misses(std::io::BufReader::new(f), 1 << 22, &mut misses).map_err(|e| CompileError::Io(path.display().to_string(), e))?;
+        let r = read_misses(std::io::BufReader::new(f), 1 << 22, &mut misses).map_err(|e| CompileError::Io(path.display().to_string(), e))?;
+        miss_lines_skipped += r.skipped + r.torn;
     }
     fold_misses(&misses, opts.miss_min_seen, &mut recipes);
 
@@ -140,6 +144,7 @@ pub fn compile(model: &Model, name: &str, prompts: &[Prompt], opts: &CompileOpti
         sampled_tokens,
         heldout,
         misses_folded: misses.len(),
+        miss_lines_skipped,
         seconds: t0.elapsed().as_secs_f64(),
     })
 }

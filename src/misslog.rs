@@ -8,11 +8,15 @@
 //! a single valid stream; compile consumes the log and starts a fresh one, so the cap only bites
 //! when nobody compiles, and then older misses are as good as newer ones.
 //!
-//! Reading is tolerant: the log is written by a process that may die mid-line, so malformed,
-//! over-long or out-of-range lines are skipped and counted, not fatal.
+//! Crash safety: a batch of misses goes out in one `write`, but a process killed mid-write (or a full
+//! disk) can leave a torn last line. The reader never parses a line without its newline (it is skipped
+//! and counted as torn), and the next writer first ends such a tail with a newline, so its records never
+//! glue onto the fragment. Malformed, over-long or out-of-range lines are likewise skipped and counted.
+//!
+//! The file is created mode 0600: it holds token ids of the user's traffic and never leaves the machine.
 
 use std::fs::OpenOptions;
-use std::io::{self, BufRead, Read, Write};
+use std::io::{self, BufRead, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use ahash::AHashMap;
@@ -45,6 +49,8 @@ struct Line {
 pub struct MissLog {
     path: PathBuf,
     cap_bytes: u64,
+    /// Set by the first failed write: logging stops, serving goes on.
+    failed: bool,
 }
 
 impl MissLog {
@@ -52,6 +58,7 @@ impl MissLog {
         MissLog {
             path: path.into(),
             cap_bytes,
+            failed: false,
         }
     }
 
@@ -59,14 +66,36 @@ impl MissLog {
         &self.path
     }
 
+    /// Appends what fits, for callers that must not fail (the plugin): the first error is reported once on
+    /// stderr (the server's log), naming the file and the reason, and the log is not written again.
+    pub fn write(&mut self, misses: &[Miss]) -> usize {
+        if self.failed {
+            return 0;
+        }
+        match self.append(misses) {
+            Ok(n) => n,
+            Err(e) => {
+                self.failed = true;
+                eprintln!("kolm-rsd: miss log {}: {e}; misses are no longer logged (serving goes on)", self.path.display());
+                0
+            }
+        }
+    }
+
     /// Appends as many of `misses` as fit under the cap, in one write; returns how many.
     pub fn append(&self, misses: &[Miss]) -> io::Result<usize> {
-        let mut f = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.path)?;
+        let mut opts = OpenOptions::new();
+        opts.create(true).read(true).append(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut opts, 0o600);
+        let mut f = opts.open(&self.path)?;
         let mut size = f.metadata()?.len();
         let mut buf = Vec::new();
+        if size > 0 && !ends_with_newline(&mut f)? {
+            // A torn tail from a killed writer: close it so the records below start a line of their own.
+            buf.push(b'\n');
+            size += 1;
+        }
         let mut written = 0;
         for m in misses {
             let line = Line {
@@ -88,16 +117,28 @@ impl MissLog {
             size += len;
             written += 1;
         }
-        f.write_all(&buf)?;
+        if written > 0 {
+            f.write_all(&buf)?;
+        }
         Ok(written)
     }
+}
+
+fn ends_with_newline(f: &mut std::fs::File) -> io::Result<bool> {
+    let mut last = [0u8];
+    f.seek(SeekFrom::End(-1))?;
+    f.read_exact(&mut last)?;
+    Ok(last[0] == b'\n')
 }
 
 /// Lines read and lines skipped by [`read_misses`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ReadReport {
     pub read: usize,
+    /// Complete lines that were not a valid record.
     pub skipped: usize,
+    /// A last line without its newline (a writer died mid-line): never parsed.
+    pub torn: usize,
 }
 
 /// Reads up to `max_misses` misses from a log into `out`, skipping bad lines.
@@ -117,14 +158,23 @@ pub fn read_misses(
         if n == 0 {
             break;
         }
-        if line.last() != Some(&b'\n') && n > MAX_LINE {
-            // Over-long line: skip the rest of it.
+        if line.last() != Some(&b'\n') {
+            if n <= MAX_LINE {
+                // End of input inside a line: a torn record, whatever it looks like.
+                report.torn += 1;
+                break;
+            }
+            // Over-long line: skip the rest of it (counted as torn if the input ends first).
             let mut rest = Vec::new();
             r.read_until(b'\n', &mut rest)?;
-            report.skipped += 1;
+            if rest.last() == Some(&b'\n') {
+                report.skipped += 1;
+            } else {
+                report.torn += 1;
+            }
             continue;
         }
-        let text = line.strip_suffix(b"\n").unwrap_or(&line);
+        let text = &line[..line.len() - 1];
         if text.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
@@ -251,7 +301,8 @@ mod tests {
             rep,
             ReadReport {
                 read: 2,
-                skipped: 0
+                skipped: 0,
+                torn: 0
             }
         );
         assert_eq!(back, misses[..2]);
@@ -274,7 +325,8 @@ mod tests {
             rep,
             ReadReport {
                 read: 2,
-                skipped: 5
+                skipped: 4,
+                torn: 1
             }
         );
         assert_eq!(
@@ -287,6 +339,53 @@ mod tests {
         );
         let mut few = Vec::new();
         assert_eq!(read_misses(text.as_bytes(), 1, &mut few).unwrap().read, 1);
+    }
+
+    #[test]
+    fn a_torn_last_line_is_never_a_record() {
+        // Torn just before its newline, the fragment is valid JSON: still not a record.
+        let text = "{\"kind\":\"rejected\",\"context\":[5],\"token\":6}\n{\"kind\":\"rejected\",\"context\":[7],\"token\":8}";
+        let mut out = Vec::new();
+        let rep = read_misses(text.as_bytes(), 100, &mut out).unwrap();
+        assert_eq!(rep, ReadReport { read: 1, skipped: 0, torn: 1 });
+        assert_eq!(out, [miss(&[5], 6)]);
+        let over_long_and_torn = "x".repeat(MAX_LINE + 10);
+        let rep = read_misses(over_long_and_torn.as_bytes(), 100, &mut out).unwrap();
+        assert_eq!(rep, ReadReport { read: 0, skipped: 0, torn: 1 });
+    }
+
+    #[test]
+    fn the_next_writer_closes_a_torn_tail() {
+        let path = temp("torn");
+        let log = MissLog::new(&path, 1 << 20);
+        assert_eq!(log.append(&[miss(&[1], 2)]).unwrap(), 1);
+        // A writer killed mid-line leaves a fragment behind.
+        let mut f = OpenOptions::new().append(true).open(&path).unwrap();
+        f.write_all(br#"{"kind":"rejected","context":[3],"tok"#).unwrap();
+        drop(f);
+        assert_eq!(log.append(&[miss(&[4], 5), miss(&[6], 7)]).unwrap(), 2);
+        let mut back = Vec::new();
+        let rep = read_misses(io::BufReader::new(std::fs::File::open(&path).unwrap()), 100, &mut back).unwrap();
+        assert_eq!(rep, ReadReport { read: 3, skipped: 1, torn: 0 });
+        assert_eq!(back, [miss(&[1], 2), miss(&[4], 5), miss(&[6], 7)]);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, 0o600, "the log holds the user's traffic: owner only");
+        }
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn an_unwritable_log_stops_logging_without_failing_the_caller() {
+        let dir = temp("not-a-dir");
+        std::fs::write(&dir, b"a file where a directory should be").unwrap();
+        let mut log = MissLog::new(dir.join("misses.jsonl"), 1 << 20);
+        assert_eq!(log.write(&[miss(&[1], 2)]), 0);
+        assert!(log.failed, "the first error turns logging off");
+        assert_eq!(log.write(&[miss(&[1], 2)]), 0);
+        std::fs::remove_file(&dir).unwrap();
     }
 
     #[test]

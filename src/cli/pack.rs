@@ -71,12 +71,16 @@ pub fn run_compile(a: &CompileArgs) -> Result<CompileReport, Box<dyn std::error:
     let bytes = pack.to_vec();
     write_atomic(&out, &bytes).map_err(|e| format!("{}: {e}", out.display()))?;
     println!(
-        "compiled {} prompts x {} samples{} ({} tokens sampled, {} misses folded) in {:.0} s",
+        "compiled {} prompts x {} samples{} ({} tokens sampled, {} misses folded{}) in {:.0} s",
         report.train_prompts,
         a.samples,
         if a.no_greedy { "" } else { " + greedy" },
         report.sampled_tokens,
         report.misses_folded,
+        match report.miss_lines_skipped {
+            0 => String::new(),
+            n => format!(", {n} miss-log lines skipped"),
+        },
         report.seconds
     );
     println!(
