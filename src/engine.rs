@@ -26,6 +26,8 @@ pub struct EngineConfig {
     pub pack: Option<PathBuf>,
     /// Where misses go (JSON lines); None = not logged.
     pub miss_log: Option<PathBuf>,
+    /// The miss log stops growing at this size.
+    pub miss_log_cap: u64,
     /// Also draft from the request's own n-grams (prompt + history).
     pub use_context: bool,
     /// A draft model (same tokenizer as the target) consulted where the pack and n-grams have nothing.
@@ -63,6 +65,7 @@ impl Default for EngineConfig {
             adaptive: true,
             pack: None,
             miss_log: None,
+            miss_log_cap: MISS_LOG_CAP,
             use_context: true,
             draft: None,
             n_ctx: 4096,
@@ -107,7 +110,7 @@ impl EngineConfig {
         crate::draft::control::INVARIANT_DRAFT
     }
 
-    /// Parses `--spec-plugin-arg`: comma-separated `key=value` (`pack=PATH|off`, `misslog=PATH|off`,
+    /// Parses `--spec-plugin-arg`: comma-separated `key=value` (`pack=PATH|off`, `misslog=PATH|off`, `misslog_cap=BYTES`,
     /// `adaptive=0|1`, `context=0|1`, `nmax=N`, `draft=GGUF`, `shortlist=PATH|full`, `margin=F`, `request_rows=0|1`); a bare
     /// value is the pack path. Without `pack=`, the pack beside the model is used when it exists; without
     /// `shortlist=`, the shortlist beside the draft GGUF, else the full head.
@@ -139,6 +142,10 @@ impl EngineConfig {
                 Some(("request_rows", v)) => request_rows = parse_bool(v)?,
                 Some(("misslog", "off")) => misslog = Some(None),
                 Some(("misslog", v)) => misslog = Some(Some(PathBuf::from(v))),
+                Some(("misslog_cap", v)) => {
+                    cfg.miss_log_cap =
+                        v.parse().map_err(|_| EngineError::Arg(format!("--spec-plugin-arg: misslog_cap={v} is not a number of bytes")))?
+                }
                 Some(("adaptive", v)) => cfg.adaptive = parse_bool(v)?,
                 Some(("context", v)) => cfg.use_context = parse_bool(v)?,
                 Some(("nmax", v)) => {
@@ -146,7 +153,7 @@ impl EngineConfig {
                 }
                 Some((k, _)) => {
                     return Err(EngineError::Arg(format!(
-                        "--spec-plugin-arg: unknown key `{k}` (known: pack, misslog, adaptive, context, nmax, draft, shortlist, margin, request_rows)"
+                        "--spec-plugin-arg: unknown key `{k}` (known: pack, misslog, misslog_cap, adaptive, context, nmax, draft, shortlist, margin, request_rows)"
                     )))
                 }
             }
@@ -262,7 +269,7 @@ impl Engine {
             draft: cfg.draft.clone(),
             n_seq: cfg.n_seq,
             pack,
-            miss_log: cfg.miss_log.map(|p| MissLog::new(p, MISS_LOG_CAP)),
+            miss_log: cfg.miss_log.map(|p| MissLog::new(p, cfg.miss_log_cap)),
             misses: Vec::new(),
             misses_logged: 0,
             clock: Instant::now(),
@@ -299,9 +306,9 @@ impl Engine {
     /// unwritable log only stops logging).
     pub fn flush_misses(&mut self) {
         self.drafter.drain_misses(&mut self.misses);
-        if let Some(log) = &self.miss_log {
+        if let Some(log) = &mut self.miss_log {
             if !self.misses.is_empty() {
-                self.misses_logged += log.append(&self.misses).unwrap_or(0) as u64;
+                self.misses_logged += log.write(&self.misses) as u64;
             }
         }
         self.misses.clear();
