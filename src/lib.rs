@@ -4,7 +4,8 @@
 //! classes), `index` (lookup tables), `draft` (the combined drafter and break-even control), `align`
 //! (deterministic tokens of K samples), `misslog`. Rooms over llama.cpp: `llama` (bindings + thin
 //! safe layer), `teacher` (sampling runs), `compile`, `engine` (what the C ABI drives), `ffi` (the C ABI
-//! and plugin entry points), `server` (a real llama-server over HTTP), `fetch`, `workload`.
+//! and plugin entry points), `server` (a real llama-server over HTTP), `load` (concurrent clients against
+//! it), `stress` (the reliability harness), `fetch`, `workload`. `heap` counts this library's own memory.
 
 pub mod align;
 pub mod bench;
@@ -16,13 +17,19 @@ pub mod fetch;
 pub mod ffi;
 pub mod hash;
 pub mod head;
+pub mod heap;
 pub mod index;
 pub mod llama;
+pub mod load;
 pub mod misslog;
 pub mod pack;
 pub mod replay;
 pub mod server;
 pub mod shape;
 pub mod shortlist;
+pub mod stress;
 pub mod teacher;
 pub mod workload;
+
+#[global_allocator]
+static HEAP: heap::Counting = heap::Counting;

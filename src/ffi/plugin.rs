@@ -165,7 +165,12 @@ pub unsafe extern "C" fn llama_spec_plugin_free(plugin_ptr: *mut c_void) {
         if !plugin_ptr.is_null() {
             // SAFETY: created by Box::into_raw in init, freed once.
             let p = unsafe { Box::from_raw(plugin_ptr.cast::<KolmRsd>()) };
-            eprintln!("kolm-rsd: {}", p.engine.summary());
+            eprintln!(
+                "kolm-rsd: {}, heap {} KiB live (peak {} KiB)",
+                p.engine.summary(),
+                crate::heap::live() >> 10,
+                crate::heap::peak() >> 10
+            );
         }
         Ok(())
     });
