@@ -148,6 +148,28 @@ impl Server {
         self.port
     }
 
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Alive and answering `/health` with 200.
+    pub fn healthy(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+            && ureq::get(&self.url("/health")).timeout(Duration::from_secs(10)).call().is_ok_and(|r| r.status() == 200)
+    }
+
+    /// Resident memory of the server process (VmRSS), KiB.
+    pub fn rss_kib(&self) -> Option<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).ok()?;
+        status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+    }
+
+    /// SIGKILL, as a crash or an OOM killer would: no shutdown code of the server or the plugin runs.
+    pub fn kill_hard(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
     fn url(&self, path: &str) -> String {
         format!("http://127.0.0.1:{}{}", self.port, path)
     }

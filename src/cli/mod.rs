@@ -9,6 +9,7 @@ mod model;
 mod pack;
 mod replay;
 mod shortlist;
+mod stress;
 
 #[derive(Parser)]
 #[command(name = "kolm-rsd", version, about = "Speculative decoding for llama.cpp: recipe packs and shortlist drafting")]
@@ -49,6 +50,9 @@ enum Cmd {
     Bench(bench::BenchArgs),
     /// The drafter on recorded greedy continuations, with this CPU's verify cost and with free verification.
     Replay(replay::ReplayArgs),
+    /// The reliability harness: load and hostile requests, memory over many requests, kill -9 (docs/reliability.md).
+    #[command(subcommand)]
+    Stress(stress::StressCmd),
 }
 
 pub fn run() -> i32 {
@@ -65,6 +69,10 @@ pub fn run() -> i32 {
         },
         Cmd::Shortlist(c) => shortlist::run(c),
         Cmd::Replay(a) => replay::run(&a),
+        Cmd::Stress(c) => match stress::run(c) {
+            Ok(code) => return code,
+            Err(e) => Err(e),
+        },
     };
     match result {
         Ok(()) => 0,

@@ -1,0 +1,110 @@
+//! The miss log under `kill -9`: clients keep the server with the plugin drafting (and so logging misses)
+//! while it is killed at a random moment, again and again; after every kill the log must read back with no
+//! torn record parsed, stay under its cap, and the next server must write on after whatever it left.
+//! At the end the log is folded as `compile --misses` folds it.
+
+use crate::align::{AlignConfig, BuildConfig, Recipes};
+use crate::load::{self, Kind, Limits, Request};
+use crate::misslog::{fold_misses, read_misses, ReadReport};
+use crate::pack::Pack;
+use crate::server::{Server, ServerOptions};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+#[derive(Clone, Debug)]
+pub struct CrashOptions {
+    pub model: PathBuf,
+    pub pack: PathBuf,
+    pub plugin: PathBuf,
+    pub kills: usize,
+    pub clients: usize,
+    pub n_parallel: u32,
+    pub n_predict: i64,
+    /// The log's cap, small enough that the run reaches it.
+    pub cap_bytes: u64,
+    /// The kill comes this long after the server is ready: uniform in [min, max).
+    pub kill_after: (Duration, Duration),
+    pub seed: u64,
+    pub out: PathBuf,
+}
+
+/// What the kills left behind.
+#[derive(Debug, Default)]
+pub struct CrashReport {
+    pub kills: usize,
+    /// Kills after which the log ended in a torn line (a record cut mid-write).
+    pub torn_tails: usize,
+    /// The log after the last kill.
+    pub last: ReadReport,
+    pub size: u64,
+    pub largest: u64,
+    /// Recipe entries `compile --misses` folding makes of the log.
+    pub folded_entries: usize,
+    pub problems: Vec<String>,
+}
+
+pub fn run(prompts: &[String], o: &CrashOptions) -> Result<CrashReport, Box<dyn std::error::Error>> {
+    std::fs::create_dir_all(&o.out)?;
+    let log_path = o.out.join("misses.jsonl");
+    let _ = std::fs::remove_file(&log_path);
+    let mut rng = fastrand::Rng::with_seed(o.seed);
+    let mut rep = CrashReport::default();
+    let mut torn_before = 0;
+    let requests: Vec<Request> = prompts
+        .iter()
+        .map(|p| Request { prompt: p.clone(), n_predict: o.n_predict, kind: Kind::Plain, label: "crash".into() })
+        .collect();
+    for k in 0..o.kills {
+        let mut s = ServerOptions::new(&o.model, &o.out.join("crash.log"));
+        s.n_parallel = o.n_parallel;
+        s.plugin = Some(o.plugin.clone());
+        s.plugin_arg = Some(format!("pack={},misslog={},misslog_cap={}", o.pack.display(), log_path.display(), o.cap_bytes));
+        let server = Server::start(&s)?;
+        let (lo, hi) = o.kill_after;
+        let after = lo + (hi - lo).mul_f64(rng.f64());
+        let port = server.port();
+        let limits = Limits { clients: o.clients, deadline: Duration::from_secs(3600), request_timeout: Duration::from_secs(30) };
+        let t0 = Instant::now();
+        std::thread::scope(|sc| {
+            // The clients run until the kill cuts them off (their requests then fail, as a client's would).
+            let start = rng.usize(..requests.len());
+            let stream: Vec<Request> = requests.iter().cycle().skip(start).take(requests.len() * 4).cloned().collect();
+            sc.spawn(move || load::run(port, &stream, limits));
+            std::thread::sleep(after.saturating_sub(t0.elapsed()));
+            server.kill_hard();
+        });
+        rep.kills += 1;
+
+        let mut misses = Vec::new();
+        let r = match std::fs::File::open(&log_path) {
+            Ok(f) => read_misses(std::io::BufReader::new(f), usize::MAX, &mut misses)?,
+            Err(_) => ReadReport::default(),
+        };
+        let size = std::fs::metadata(&log_path).map_or(0, |m| m.len());
+        rep.largest = rep.largest.max(size);
+        if size > o.cap_bytes + 1 {
+            rep.problems.push(format!("kill {k}: the log is {size} bytes, over its cap of {}", o.cap_bytes));
+        }
+        // Each earlier torn tail was closed by the next writer and now reads as one skipped line.
+        if r.skipped != torn_before {
+            rep.problems.push(format!("kill {k}: {} lines skipped, {torn_before} torn tails closed before", r.skipped));
+        }
+        torn_before += r.torn;
+        rep.torn_tails += r.torn;
+        rep.last = r;
+        rep.size = size;
+    }
+
+    let mut misses = Vec::new();
+    read_misses(std::io::BufReader::new(std::fs::File::open(&log_path)?), usize::MAX, &mut misses)?;
+    let mut recipes = Recipes::new(AlignConfig::default(), None);
+    fold_misses(&misses, 2, &mut recipes);
+    // Folded into a pack of the served pack's tokenizer, as `compile --misses` would.
+    let bytes = std::fs::read(&o.pack)?;
+    let meta = Pack::from_slice(&bytes, &o.pack.display().to_string(), None, None)?.meta;
+    rep.folded_entries = recipes.build(meta, &BuildConfig::default())?.entries().len();
+    if misses.is_empty() {
+        rep.problems.push("the log holds no miss at all: nothing was tested".into());
+    }
+    Ok(rep)
+}
