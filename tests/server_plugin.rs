@@ -47,3 +47,33 @@ fn plugin_output_is_byte_identical_and_drafts_are_accepted() {
     assert!(accepted > 0, "no drafted token was accepted ({drafted} drafted)");
     eprintln!("plugin: {drafted} drafted, {accepted} accepted over {} prompts", prompts.len());
 }
+
+/// A generation that runs into the end of the slot's context stops where plain decoding stops: the server
+/// used to add a whole accepted draft to the slot before checking each of its tokens against the limit,
+/// and so ended up to a draft's length early (patch 0006).
+#[test]
+fn a_generation_that_fills_the_context_ends_where_plain_decoding_ends() {
+    let path = common::smol();
+    let model = Model::load(&path, &ModelOptions { n_gpu_layers: 0 }).unwrap();
+    // SmolLM2 answers this contact card with a JSON object whose last key it repeats until the context is full.
+    let card = workload::load("json-extraction").unwrap().into_iter().find(|p| p.id == "je-006").unwrap();
+    let prompt = model.chat_prompt(&card.text).unwrap();
+    drop(model);
+    let dir = common::scratch("server-context-limit");
+    let serve = |plugin: bool, log: &str| {
+        let mut o = ServerOptions::new(&path, &dir.join(log));
+        o.n_ctx = 512;
+        if plugin {
+            o.plugin = Some(common::plugin());
+            o.plugin_arg = Some("adaptive=0,misslog=off".into());
+        }
+        let s = Server::start(&o).unwrap();
+        s.complete(&prompt, 4096).unwrap()
+    };
+    let plain = serve(false, "plain.log");
+    let spec = serve(true, "plugin.log");
+    eprintln!("plain {} tokens, spec {} tokens, {} drafted {} accepted", plain.predicted_n, spec.predicted_n, spec.draft_n, spec.draft_n_accepted);
+    assert!(spec.draft_n_accepted > 0, "nothing was drafted: the test would not test the limit");
+    assert_eq!(spec.predicted_n, plain.predicted_n, "tokens generated before the context was full");
+    assert_eq!(spec.content, plain.content);
+}
