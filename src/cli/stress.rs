@@ -197,7 +197,7 @@ pub fn run(cmd: StressCmd) -> Result<i32, Box<dyn std::error::Error>> {
                 n_parallel: common.np,
                 n_predict: common.n_predict,
                 cap_bytes: cap,
-                kill_after: (Duration::from_millis(300), Duration::from_millis(3000)),
+                kill_after: (Duration::from_millis(1000), Duration::from_millis(5000)),
                 seed,
                 out: common.out.clone(),
             };

@@ -96,7 +96,9 @@ pub fn run(prompts: &[String], o: &CrashOptions) -> Result<CrashReport, Box<dyn 
     }
 
     let mut misses = Vec::new();
-    read_misses(std::io::BufReader::new(std::fs::File::open(&log_path)?), usize::MAX, &mut misses)?;
+    if let Ok(f) = std::fs::File::open(&log_path) {
+        read_misses(std::io::BufReader::new(f), usize::MAX, &mut misses)?;
+    }
     let mut recipes = Recipes::new(AlignConfig::default(), None);
     fold_misses(&misses, 2, &mut recipes);
     // Folded into a pack of the served pack's tokenizer, as `compile --misses` would.
