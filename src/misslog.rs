@@ -84,6 +84,10 @@ impl MissLog {
 
     /// Appends as many of `misses` as fit under the cap, in one write; returns how many.
     pub fn append(&self, misses: &[Miss]) -> io::Result<usize> {
+        // The default log lives in a cache directory that may not exist yet.
+        if let Some(dir) = self.path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir)?;
+        }
         let mut opts = OpenOptions::new();
         opts.create(true).read(true).append(true);
         #[cfg(unix)]
@@ -375,6 +379,15 @@ mod tests {
             assert_eq!(mode, 0o600, "the log holds the user's traffic: owner only");
         }
         std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn the_log_makes_its_directory() {
+        let dir = temp("new-dir");
+        let _ = std::fs::remove_dir_all(&dir);
+        let log = MissLog::new(dir.join("misses").join("m.jsonl"), 1 << 20);
+        assert_eq!(log.append(&[miss(&[1], 2)]).unwrap(), 1);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
