@@ -14,26 +14,51 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// One load run's settings.
+/// The server under test and what every scenario sends it.
 #[derive(Clone, Debug)]
-pub struct StressOptions {
+pub struct Target {
     pub model: PathBuf,
     /// The recipe pack the plugin serves with.
     pub pack: PathBuf,
     pub plugin: PathBuf,
-    pub clients: usize,
-    pub per_client: usize,
     pub n_parallel: u32,
     /// KV cells per slot: the long prompts are made longer than this.
     pub slot_ctx: u32,
     pub n_predict: i64,
+    /// Where the servers' logs go.
+    pub out: PathBuf,
+}
+
+impl Target {
+    /// llama-server on the model, logging to `out/log`; with the plugin when `plugin_arg` is given.
+    pub fn server(&self, log: &str, plugin_arg: Option<String>) -> ServerOptions {
+        let mut s = ServerOptions::new(&self.model, &self.out.join(log));
+        s.n_parallel = self.n_parallel;
+        s.n_ctx = self.slot_ctx;
+        if plugin_arg.is_some() {
+            s.plugin = Some(self.plugin.clone());
+            s.plugin_arg = plugin_arg;
+        }
+        s
+    }
+
+    /// `--spec-plugin-arg` naming the pack, and `extra` after it.
+    pub fn pack_arg(&self, extra: &str) -> String {
+        format!("pack={}{extra}", self.pack.display())
+    }
+}
+
+/// One load run's settings.
+#[derive(Clone, Debug)]
+pub struct StressOptions {
+    pub target: Target,
+    pub clients: usize,
+    pub per_client: usize,
     /// Shuffles kinds (plain, streamed, abandoned) over the stream.
     pub seed: u64,
     /// No request is sent after this; no request lasts longer than `request_timeout`.
     pub deadline: Duration,
     pub request_timeout: Duration,
-    /// Where the servers' logs go.
-    pub out: PathBuf,
 }
 
 /// The templated prompts a stream draws from, and one longer than a slot's context.
@@ -47,6 +72,7 @@ pub struct Prompts {
 /// spread through it, so they arrive while other requests generate.
 pub fn plan(p: &Prompts, o: &StressOptions) -> Vec<Request> {
     let total = o.clients * o.per_client;
+    let t = &o.target;
     let mut rng = fastrand::Rng::with_seed(o.seed);
     let greedy = |prompt: &str, n_predict: i64, kind: Kind, label: &str| Request {
         prompt: prompt.to_string(),
@@ -65,14 +91,14 @@ pub fn plan(p: &Prompts, o: &StressOptions) -> Vec<Request> {
                 23 => raw("/v1/chat/completions", r#"{"messages": "hello", "max_tokens": -5}"#, "messages not a list"),
                 29 => raw("/completion", "", "empty body"),
                 35 => raw("/completion", r#"{"prompt": "\ud800", "n_predict": 4}"#, "lone surrogate"),
-                7 => greedy(&p.long, o.n_predict, Kind::Plain, "prompt longer than the slot"),
+                7 => greedy(&p.long, t.n_predict, Kind::Plain, "prompt longer than the slot"),
                 13 => greedy(prompt, 0, Kind::Plain, "n_predict 0"),
                 19 => greedy(prompt, 1, Kind::Stream, "n_predict 1"),
-                41 => greedy(prompt, 64 * o.slot_ctx as i64, Kind::Plain, "n_predict far beyond the context"),
+                41 => greedy(prompt, 64 * t.slot_ctx as i64, Kind::Plain, "n_predict far beyond the context"),
                 _ => match rng.u32(0..20) {
-                    0..=4 => greedy(prompt, o.n_predict, Kind::Stream, "streamed"),
-                    5..=6 => greedy(prompt, o.n_predict, Kind::Abandon { after_events: rng.usize(1..8) }, "abandoned"),
-                    _ => greedy(prompt, o.n_predict, Kind::Plain, "plain"),
+                    0..=4 => greedy(prompt, t.n_predict, Kind::Stream, "streamed"),
+                    5..=6 => greedy(prompt, t.n_predict, Kind::Abandon { after_events: rng.usize(1..8) }, "abandoned"),
+                    _ => greedy(prompt, t.n_predict, Kind::Plain, "plain"),
                 },
             }
         })
@@ -126,17 +152,12 @@ fn key(r: &Request) -> Option<(String, i64)> {
 /// Runs the stream on plain llama-server, serves each distinct prompt alone there, then runs the same
 /// stream on the server with the plugin; checks every promise.
 pub fn run(prompts: &Prompts, o: &StressOptions) -> Result<StressReport, Box<dyn std::error::Error>> {
-    std::fs::create_dir_all(&o.out)?;
+    let t = &o.target;
+    std::fs::create_dir_all(&t.out)?;
     let requests = plan(prompts, o);
     let limits = Limits { clients: o.clients, deadline: o.deadline, request_timeout: o.request_timeout };
-    let server_opts = |log: &str| {
-        let mut s = ServerOptions::new(&o.model, &o.out.join(log));
-        s.n_parallel = o.n_parallel;
-        s.n_ctx = o.slot_ctx;
-        s
-    };
 
-    let mut plain = Server::start(&server_opts("plain.log"))?;
+    let mut plain = Server::start(&t.server("plain.log", None))?;
     let plain_side = load_side("plain", &mut plain, &requests, limits);
     let mut alone = HashMap::new();
     for r in &requests {
@@ -157,13 +178,10 @@ pub fn run(prompts: &Prompts, o: &StressOptions) -> Result<StressReport, Box<dyn
     }
     plain.stop();
 
-    let mut with = server_opts("kolm-rsd.log");
-    with.plugin = Some(o.plugin.clone());
-    with.plugin_arg = Some(format!("pack={}", o.pack.display()));
-    let mut server = Server::start(&with)?;
+    let mut server = Server::start(&t.server("kolm-rsd.log", Some(t.pack_arg(""))))?;
     let mut plugin_side = load_side("kolm-rsd", &mut server, &requests, limits);
     server.stop();
-    plugin_side.summary = plugin_summary(&o.out.join("kolm-rsd.log"));
+    plugin_side.summary = plugin_summary(&t.out.join("kolm-rsd.log"));
 
     let mut problems = Vec::new();
     for side in [&plain_side, &plugin_side] {
@@ -226,11 +244,11 @@ pub fn markdown(rep: &StressReport, o: &StressOptions) -> String {
         "{} clients × {} requests, `-np {}`, {} KV cells a slot, `n_predict` {}, model `{}`, pack `{}`\n",
         o.clients,
         o.per_client,
-        o.n_parallel,
-        o.slot_ctx,
-        o.n_predict,
-        file_name(&o.model),
-        file_name(&o.pack)
+        o.target.n_parallel,
+        o.target.slot_ctx,
+        o.target.n_predict,
+        file_name(&o.target.model),
+        file_name(&o.target.pack)
     );
     let _ = writeln!(s, "| server | sent | done | refused | abandoned | failed | identical to alone | tok/s | × plain | p50 s | p99 s | healthy after | RSS MiB |");
     let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|");
@@ -303,18 +321,20 @@ mod tests {
 
     fn opts() -> StressOptions {
         StressOptions {
-            model: "m.gguf".into(),
-            pack: "m.recipes.json".into(),
-            plugin: "libkolm_rsd.so".into(),
+            target: Target {
+                model: "m.gguf".into(),
+                pack: "m.recipes.json".into(),
+                plugin: "libkolm_rsd.so".into(),
+                n_parallel: 4,
+                slot_ctx: 1024,
+                n_predict: 64,
+                out: "out".into(),
+            },
             clients: 16,
             per_client: 12,
-            n_parallel: 4,
-            slot_ctx: 1024,
-            n_predict: 64,
             seed: 7,
             deadline: Duration::from_secs(60),
             request_timeout: Duration::from_secs(60),
-            out: "out".into(),
         }
     }
 

@@ -7,7 +7,7 @@ mod common;
 
 use kolm_rsd::load::{Kind, Outcome};
 use kolm_rsd::llama::{Model, ModelOptions};
-use kolm_rsd::stress::{self, Prompts, StressOptions};
+use kolm_rsd::stress::{self, Prompts, StressOptions, Target};
 use std::time::Duration;
 
 #[test]
@@ -23,20 +23,8 @@ fn small_load_with_faults_keeps_every_promise() {
     assert!(m.tokenize(&long_text, true, false).unwrap().len() > slot_ctx as usize);
     let prompts = Prompts { normal, long: kolm_rsd::compile::templated(&m, &long_text) };
     drop(m);
-    let o = StressOptions {
-        model,
-        pack: common::small_pack(),
-        plugin: common::plugin(),
-        clients: 4,
-        per_client: 12,
-        n_parallel: 4,
-        slot_ctx,
-        n_predict: 24,
-        seed: 3,
-        deadline: Duration::from_secs(600),
-        request_timeout: Duration::from_secs(300),
-        out: dir,
-    };
+    let target = Target { model, pack: common::small_pack(), plugin: common::plugin(), n_parallel: 4, slot_ctx, n_predict: 24, out: dir };
+    let o = StressOptions { target, clients: 4, per_client: 12, seed: 3, deadline: Duration::from_secs(600), request_timeout: Duration::from_secs(300) };
     let rep = stress::run(&prompts, &o).unwrap();
     let table = stress::markdown(&rep, &o);
     eprintln!("{table}");

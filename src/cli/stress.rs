@@ -6,7 +6,7 @@ use kolm_rsd::compile::templated;
 use kolm_rsd::llama::{self, Model, ModelOptions};
 use kolm_rsd::stress::crash::{self, CrashOptions};
 use kolm_rsd::stress::soak::{self, SoakOptions};
-use kolm_rsd::stress::{self, Prompts, StressOptions};
+use kolm_rsd::stress::{self, Prompts, StressOptions, Target};
 use kolm_rsd::{engine, fetch, server, workload};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -76,14 +76,8 @@ pub struct Common {
     report: Option<PathBuf>,
 }
 
-struct Setup {
-    model: PathBuf,
-    pack: PathBuf,
-    plugin: PathBuf,
-    prompts: Prompts,
-}
-
-fn setup(c: &Common) -> Result<Setup, Box<dyn std::error::Error>> {
+/// The server under test from the common flags, and the prompts.
+fn setup(c: &Common) -> Result<(Target, Prompts), Box<dyn std::error::Error>> {
     let model = if Path::new(&c.model).is_file() { PathBuf::from(&c.model) } else { fetch::model(&c.model, true)? };
     let pack = c.pack.clone().unwrap_or_else(|| engine::pack_beside(&model));
     if !pack.is_file() {
@@ -93,7 +87,8 @@ fn setup(c: &Common) -> Result<Setup, Box<dyn std::error::Error>> {
     llama::quiet_logs();
     let m = Model::load(&model, &ModelOptions { n_gpu_layers: 0 })?;
     let prompts = build_prompts(&m, c.slot_ctx)?;
-    Ok(Setup { model, pack, plugin, prompts })
+    let target = Target { model, pack, plugin, n_parallel: c.np, slot_ctx: c.slot_ctx, n_predict: c.n_predict, out: c.out.clone() };
+    Ok((target, prompts))
 }
 
 /// Every JSON-extraction prompt, templated, and one made longer than a slot from several of them.
@@ -120,103 +115,37 @@ fn emit(report: &str, to: Option<&Path>) -> CliResult {
 }
 
 pub fn run(cmd: StressCmd) -> Result<i32, Box<dyn std::error::Error>> {
+    let timeout = Duration::from_secs(600);
     match cmd {
         StressCmd::Load { common, clients, per_client, deadline, seed } => {
-            let s = setup(&common)?;
-            let o = StressOptions {
-                model: s.model,
-                pack: s.pack,
-                plugin: s.plugin,
-                clients,
-                per_client,
-                n_parallel: common.np,
-                slot_ctx: common.slot_ctx,
-                n_predict: common.n_predict,
-                seed,
-                deadline: Duration::from_secs(deadline),
-                request_timeout: Duration::from_secs(600),
-                out: common.out.clone(),
-            };
+            let (target, prompts) = setup(&common)?;
+            let o = StressOptions { target, clients, per_client, seed, deadline: Duration::from_secs(deadline), request_timeout: timeout };
             eprintln!("stress load: {} requests from {clients} clients, plain llama-server then with the plugin", clients * per_client);
-            let rep = stress::run(&s.prompts, &o)?;
+            let rep = stress::run(&prompts, &o)?;
             emit(&stress::markdown(&rep, &o), common.report.as_deref())?;
             Ok(i32::from(!rep.problems.is_empty()))
         }
         StressCmd::Soak { common, requests, clients, every } => {
-            let s = setup(&common)?;
-            let o = SoakOptions {
-                model: s.model,
-                pack: s.pack,
-                plugin: s.plugin,
-                requests,
-                clients,
-                n_parallel: common.np,
-                slot_ctx: common.slot_ctx,
-                n_predict: common.n_predict,
-                every,
-                request_timeout: Duration::from_secs(600),
-                out: common.out.clone(),
-            };
+            let (target, prompts) = setup(&common)?;
+            let o = SoakOptions { target, requests, clients, every, request_timeout: timeout };
             eprintln!("stress soak: {requests} requests to plain llama-server, then with the plugin");
-            let curves = soak::run(&s.prompts.normal, &o)?;
-            let mut out = String::from("| requests |");
-            for c in &curves {
-                out.push_str(&format!(" {} RSS MiB |", c.name));
-            }
-            out.push_str("\n|---:|");
-            out.push_str(&"---:|".repeat(curves.len()));
-            out.push('\n');
-            for (i, p) in curves[0].points.iter().enumerate() {
-                out.push_str(&format!("| {} |", p.0));
-                for c in &curves {
-                    out.push_str(&c.points.get(i).map_or(" |".into(), |q| format!(" {:.1} |", q.1 as f64 / 1024.0)));
-                }
-                out.push('\n');
-            }
-            for c in &curves {
-                out.push_str(&format!(
-                    "\n{}: trend over the second half {:+.1} KiB per 100 requests, {} requests not completed{}",
-                    c.name,
-                    c.trend(),
-                    c.failed,
-                    if c.summary.is_empty() { String::new() } else { format!("; at shutdown: `{}`", c.summary) }
-                ));
-            }
-            out.push('\n');
-            emit(&out, common.report.as_deref())?;
+            let curves = soak::run(&prompts.normal, &o)?;
+            emit(&soak::markdown(&curves), common.report.as_deref())?;
             Ok(i32::from(curves.iter().any(|c| c.failed > 0)))
         }
         StressCmd::Crash { common, kills, cap, seed } => {
-            let s = setup(&common)?;
+            let (target, prompts) = setup(&common)?;
             let o = CrashOptions {
-                model: s.model,
-                pack: s.pack,
-                plugin: s.plugin,
+                target,
                 kills,
                 clients: 4,
-                n_parallel: common.np,
-                n_predict: common.n_predict,
                 cap_bytes: cap,
-                kill_after: (Duration::from_millis(1000), Duration::from_millis(5000)),
+                kill_after: (Duration::ZERO, Duration::from_millis(2000)),
                 seed,
-                out: common.out.clone(),
             };
             eprintln!("stress crash: {kills} kills of llama-server with the plugin while clients keep it logging misses");
-            let r = crash::run(&s.prompts.normal, &o)?;
-            let out = format!(
-                "{} kills; torn tails left by a kill: {}; after the last kill the log read {} records, {} lines skipped, {} torn, {} bytes (cap {}, largest seen {}); folding it made {} recipe entries\nProblems: {}\n",
-                r.kills,
-                r.torn_tails,
-                r.last.read,
-                r.last.skipped,
-                r.last.torn,
-                r.size,
-                cap,
-                r.largest,
-                r.folded_entries,
-                if r.problems.is_empty() { "none".into() } else { r.problems.join("; ") }
-            );
-            emit(&out, common.report.as_deref())?;
+            let r = crash::run(&prompts.normal, &o)?;
+            emit(&r.text(cap), common.report.as_deref())?;
             Ok(i32::from(!r.problems.is_empty()))
         }
     }

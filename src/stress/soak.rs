@@ -2,24 +2,18 @@
 //! every `every` requests of the same stream, and the plugin's own heap (its shutdown line).
 
 use crate::load::{self, Kind, Limits, Outcome, Request};
-use crate::server::{plugin_summary, Server, ServerOptions};
-use std::path::PathBuf;
+use super::Target;
+use crate::server::{plugin_summary, Server};
 use std::time::Duration;
 
 #[derive(Clone, Debug)]
 pub struct SoakOptions {
-    pub model: PathBuf,
-    pub pack: PathBuf,
-    pub plugin: PathBuf,
+    pub target: Target,
     pub requests: usize,
     pub clients: usize,
-    pub n_parallel: u32,
-    pub slot_ctx: u32,
-    pub n_predict: i64,
     /// Resident memory is read after every this many requests.
     pub every: usize,
     pub request_timeout: Duration,
-    pub out: PathBuf,
 }
 
 /// One server's resident memory over the run.
@@ -52,11 +46,12 @@ impl Curve {
 /// Serves `o.requests` greedy requests (a quarter streamed) to plain llama-server, then to the one with the
 /// plugin, reading RSS as it goes.
 pub fn run(prompts: &[String], o: &SoakOptions) -> Result<Vec<Curve>, Box<dyn std::error::Error>> {
-    std::fs::create_dir_all(&o.out)?;
+    let t = &o.target;
+    std::fs::create_dir_all(&t.out)?;
     let requests: Vec<Request> = (0..o.requests)
         .map(|i| Request {
             prompt: prompts[i % prompts.len()].clone(),
-            n_predict: o.n_predict,
+            n_predict: t.n_predict,
             kind: if i % 4 == 1 { Kind::Stream } else { Kind::Plain },
             label: "soak".into(),
         })
@@ -65,15 +60,8 @@ pub fn run(prompts: &[String], o: &SoakOptions) -> Result<Vec<Curve>, Box<dyn st
     let mut curves = Vec::new();
     for with_plugin in [false, true] {
         let name = if with_plugin { "kolm-rsd" } else { "plain" };
-        let log = o.out.join(format!("soak-{name}.log"));
-        let mut s = ServerOptions::new(&o.model, &log);
-        s.n_parallel = o.n_parallel;
-        s.n_ctx = o.slot_ctx;
-        if with_plugin {
-            s.plugin = Some(o.plugin.clone());
-            s.plugin_arg = Some(format!("pack={}", o.pack.display()));
-        }
-        let server = Server::start(&s)?;
+        let log = format!("soak-{name}.log");
+        let server = Server::start(&t.server(&log, with_plugin.then(|| t.pack_arg(""))))?;
         let mut curve = Curve { name: name.into(), points: vec![(0, server.rss_kib().unwrap_or(0))], failed: 0, summary: String::new() };
         for chunk in requests.chunks(o.every.max(1)) {
             let (records, _) = load::run(server.port(), chunk, limits);
@@ -82,10 +70,38 @@ pub fn run(prompts: &[String], o: &SoakOptions) -> Result<Vec<Curve>, Box<dyn st
             curve.points.push((done, server.rss_kib().unwrap_or(0)));
         }
         server.stop();
-        curve.summary = plugin_summary(&log);
+        curve.summary = plugin_summary(&t.out.join(&log));
         curves.push(curve);
     }
     Ok(curves)
+}
+
+/// The curves side by side (MiB), then each one's trend and the plugin's heap.
+pub fn markdown(curves: &[Curve]) -> String {
+    let mut out = String::from("| requests |");
+    for c in curves {
+        out.push_str(&format!(" {} RSS MiB |", c.name));
+    }
+    out.push_str("\n|---:|");
+    out.push_str(&"---:|".repeat(curves.len()));
+    out.push('\n');
+    for (i, p) in curves[0].points.iter().enumerate() {
+        out.push_str(&format!("| {} |", p.0));
+        for c in curves {
+            out.push_str(&c.points.get(i).map_or(" |".into(), |q| format!(" {:.1} |", q.1 as f64 / 1024.0)));
+        }
+        out.push('\n');
+    }
+    for c in curves {
+        out.push_str(&format!(
+            "\n{}: trend over the second half {:+.1} KiB per 100 requests, {} requests not completed{}\n",
+            c.name,
+            c.trend(),
+            c.failed,
+            if c.summary.is_empty() { String::new() } else { format!("; at shutdown: `{}`", c.summary) }
+        ));
+    }
+    out
 }
 
 #[cfg(test)]
