@@ -1,0 +1,59 @@
+//! The drafter on arbitrary streams of begin / propose / accept / time, as the engine drives it: the real
+//! vocabulary and pack, four sequences, sequence ids checked as the C API checks them (out-of-range ids
+//! must be harmless even so: they are also fed straight in), tokens at and beyond the vocabulary's edge,
+//! `n_max` 0..64, accepts larger than the draft. A draft never exceeds `n_max` nor the drafter's cap.
+#![no_main]
+
+use kolm_rsd::draft::{Drafter, DrafterConfig};
+use kolm_rsd::engine::{drafter_texts, load_index, token_texts};
+use kolm_rsd::index::Index;
+use kolm_rsd_fuzz::{model, pack_path, Op, Ops};
+use libfuzzer_sys::fuzz_target;
+use std::sync::OnceLock;
+
+const N_SEQ: usize = 4;
+
+fn index() -> &'static Index {
+    static I: OnceLock<Index> = OnceLock::new();
+    I.get_or_init(|| load_index(&pack_path(), &token_texts(model())).expect("the real pack"))
+}
+
+fuzz_target!(|data: &[u8]| {
+    let m = model();
+    let texts = token_texts(m);
+    let mut d = Drafter::new(Some(index().clone()), DrafterConfig { n_seq: N_SEQ, ..DrafterConfig::default() }).with_texts(drafter_texts(m, &texts));
+    let n_vocab = m.n_vocab() as i32;
+    let mut history: Vec<Vec<i32>> = vec![Vec::new(); N_SEQ];
+    let mut now = 0u64;
+    let mut out = Vec::new();
+    for op in Ops::new(data, n_vocab) {
+        // Valid ids as the engine passes them; others straight in, which the drafter must ignore.
+        let at = |seq: i32| usize::try_from(seq).unwrap_or(usize::MAX).min(1 << 20);
+        match op {
+            Op::Begin { seq, prompt } => {
+                d.begin(at(seq), &prompt);
+                if let Some(h) = history.get_mut(at(seq)) {
+                    *h = prompt;
+                }
+            }
+            Op::Propose { seq, n_max, produced, id_last } => {
+                let h = history.get_mut(at(seq)).map(|h| {
+                    h.extend_from_slice(&produced);
+                    h.clone()
+                });
+                let n = d.propose(at(seq), h.as_deref().unwrap_or(&produced), id_last, n_max, now, &mut out);
+                assert!(n == out.len() && n <= n_max && n <= kolm_rsd::draft::control::INVARIANT_DRAFT);
+                d.end_propose(at(seq), now);
+                if let Some(h) = history.get_mut(at(seq)) {
+                    h.push(id_last);
+                }
+            }
+            Op::Accept { seq, n } => d.accept(at(seq), n),
+            Op::Wait { us, .. } => now += us * 1000,
+            Op::Miss { .. } => {}
+        }
+    }
+    let mut misses = Vec::new();
+    d.drain_misses(&mut misses);
+    assert!(misses.iter().all(|m| m.context.len() <= kolm_rsd::draft::MISS_CONTEXT));
+});
