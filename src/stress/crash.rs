@@ -108,6 +108,7 @@ pub fn run(prompts: &[String], o: &CrashOptions) -> Result<CrashReport, Box<dyn 
         }
         torn_before += r.torn;
         rep.torn_tails += r.torn;
+        eprintln!("kill {}: log {size} bytes, {} records, {} skipped, {} torn", k + 1, r.read, r.skipped, r.torn);
         rep.last = r;
         rep.size = size;
     }
