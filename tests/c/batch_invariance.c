@@ -245,6 +245,8 @@ static int run_bench(struct llama_batch * batch, const llama_token * prompt, int
     }
     printf("single-token decode: %.2f tok/s\n", 1.0 / med[0]);
     llama_free(ctx);
+    free(t);
+    free(toks);
     return 0;
 }
 
@@ -313,7 +315,11 @@ int main(int argc, char ** argv) {
     const size_t lsz = sizeof(float) * (size_t) g_n_vocab;
 
     if (o->bench > 0) {
-        return run_bench(&batch, prompt, n_prompt);
+        const int rc = run_bench(&batch, prompt, n_prompt);
+        free(prompt);
+        llama_batch_free(batch);
+        llama_model_free(g_model);
+        return rc;
     }
 
     // ---- reference: single-token greedy decode -------------------------------------------
@@ -471,10 +477,18 @@ int main(int argc, char ** argv) {
             print_row(name, b, &st);
             total_mismatch += st.mismatched;
         }
+        for (int s = 0; s < 2; s++) {
+            free(tk[s]);
+            free(rf[s]);
+        }
+        free(prompt2);
     }
 
     printf("%s: %d mismatching positions\n", total_mismatch ? "FAIL" : "PASS", total_mismatch);
 
+    free(ref);
+    free(tok);
+    free(prompt);
     llama_batch_free(batch);
     llama_model_free(g_model);
     llama_backend_free();
