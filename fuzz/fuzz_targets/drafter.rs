@@ -4,6 +4,7 @@
 //! `n_max` 0..64, accepts larger than the draft. A draft never exceeds `n_max` nor the drafter's cap.
 #![no_main]
 
+use kolm_rsd::draft::syntax::TokenTexts;
 use kolm_rsd::draft::{Drafter, DrafterConfig};
 use kolm_rsd::engine::{drafter_texts, load_index, token_texts};
 use kolm_rsd::index::Index;
@@ -13,16 +14,19 @@ use std::sync::OnceLock;
 
 const N_SEQ: usize = 4;
 
-fn index() -> &'static Index {
-    static I: OnceLock<Index> = OnceLock::new();
-    I.get_or_init(|| load_index(&pack_path(), &token_texts(model())).expect("the real pack"))
+/// The real pack's index and the vocabulary as the drafter reads it, built once; each input gets clones.
+fn loaded() -> &'static (Index, TokenTexts) {
+    static L: OnceLock<(Index, TokenTexts)> = OnceLock::new();
+    L.get_or_init(|| {
+        let texts = token_texts(model());
+        (load_index(&pack_path(), &texts).expect("the real pack"), drafter_texts(model(), &texts))
+    })
 }
 
 fuzz_target!(|data: &[u8]| {
-    let m = model();
-    let texts = token_texts(m);
-    let mut d = Drafter::new(Some(index().clone()), DrafterConfig { n_seq: N_SEQ, ..DrafterConfig::default() }).with_texts(drafter_texts(m, &texts));
-    let n_vocab = m.n_vocab() as i32;
+    let (index, texts) = loaded();
+    let mut d = Drafter::new(Some(index.clone()), DrafterConfig { n_seq: N_SEQ, ..DrafterConfig::default() }).with_texts(texts.clone());
+    let n_vocab = model().n_vocab() as i32;
     let mut history: Vec<Vec<i32>> = vec![Vec::new(); N_SEQ];
     let mut now = 0u64;
     let mut out = Vec::new();
