@@ -8,9 +8,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// The patched llama-server built by build.rs from the pinned tree.
+/// The patched llama-server built by build.rs from the pinned tree, or `KOLM_LLAMA_SERVER` (scripts/sanitize
+/// names a wrapper that preloads the ASan runtime, so an instrumented plugin can be loaded).
 pub fn llama_server_path() -> PathBuf {
-    PathBuf::from(env!("KOLM_LLAMA_BIN_DIR")).join("llama-server")
+    match std::env::var_os("KOLM_LLAMA_SERVER") {
+        Some(p) => PathBuf::from(p),
+        None => PathBuf::from(env!("KOLM_LLAMA_BIN_DIR")).join("llama-server"),
+    }
 }
 
 /// `libkolm_rsd.so` next to the running executable (CLI) or one level up (test binaries in deps/).
