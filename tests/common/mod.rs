@@ -28,13 +28,19 @@ pub fn plugin() -> PathBuf {
     kolm_rsd::server::plugin_path().expect("libkolm_rsd.so next to the test binary")
 }
 
+/// Extra flags for every C program and plugin the tests compile, from `KOLM_RSD_TEST_CFLAGS` (scripts/sanitize
+/// passes `-fsanitize=address,undefined …`).
+pub fn extra_cflags() -> Vec<String> {
+    std::env::var("KOLM_RSD_TEST_CFLAGS").unwrap_or_default().split_whitespace().map(str::to_string).collect()
+}
+
 /// Compiles C sources against llama.h / kolm-rsd.h and the one libllama (and libkolm_rsd when `with_plugin`).
 pub fn cc(sources: &[&str], out: &Path, shared: bool, with_plugin: bool) {
     let src = PathBuf::from(env!("KOLM_LLAMA_SRC_DIR"));
     let bin = PathBuf::from(env!("KOLM_LLAMA_BIN_DIR"));
     let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let mut cmd = Command::new("cc");
-    cmd.args(["-O2", "-Wall", "-Werror", "-std=c11"]);
+    cmd.args(["-O2", "-Wall", "-Werror", "-std=c11"]).args(extra_cflags());
     if shared {
         cmd.args(["-shared", "-fPIC"]);
     }
