@@ -7,7 +7,8 @@
 
 use kolm_rsd::compile::templated;
 use kolm_rsd::draft::{Drafter, DrafterConfig};
-use kolm_rsd::engine::{drafter_texts, load_index, model_fingerprint, pack_beside, token_texts};
+use kolm_rsd::engine::{load_index, pack_beside};
+use kolm_rsd::vocab::{drafter_texts, fingerprint, token_texts};
 use kolm_rsd::llama::{self, Model, ModelOptions};
 use kolm_rsd::misslog::MissLog;
 use kolm_rsd::shortlist::{Histogram, Method, Shortlist};
@@ -45,7 +46,7 @@ fn main() {
         streams.push((prompt, answer));
     }
 
-    let fp = model_fingerprint(&m);
+    let fp = fingerprint(&m);
     let mut hist = Histogram::new(fp.clone(), m.n_vocab(), 10);
     for (_, a) in &streams {
         hist.add_text(a);

@@ -3,7 +3,7 @@
 
 use crate::align::{coverage, AlignConfig, BuildConfig, Recipes};
 use crate::draft::Miss;
-use crate::engine::token_texts;
+use crate::vocab::token_texts;
 use crate::index::Index;
 use crate::llama::{LlamaError, Model, Token};
 use crate::misslog::{fold_misses, read_misses};

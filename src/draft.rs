@@ -6,142 +6,41 @@
 //! Per sequence (llama-server slot): `begin` with the prompt, then each step `propose` (given
 //! every token so far plus the token just sampled) and `accept` (how many drafted tokens the
 //! target kept). Time is passed in as monotonic nanoseconds, so tests never sleep.
+//!
+//! Rooms: `config` (tuning), `seq` (what is kept per sequence), `chain` (the tokens one draft proposes and
+//! the evidence of each), `control` (break-even: β, acceptance, the best length), `step` (which sequences
+//! share the server's decode call), `miss` (positions the next compile could learn); evidence comes from
+//! `context` (the request's copies), `enumeration` and `syntax` (the prompt's lists, the answer's places)
+//! and `model` (a draft model).
 
+mod chain;
 pub mod class;
+mod config;
 pub mod context;
-pub mod enumeration;
 pub mod control;
+pub mod enumeration;
+mod miss;
 pub mod model;
+mod seq;
 pub mod stats;
+mod step;
 pub mod syntax;
 
 use std::collections::VecDeque;
 
 use crate::index::Index;
-use class::{Class, Source, DEFAULT_PRIOR, N_CLASSES};
-use enumeration::Enumerations;
-use syntax::{Answer, Lex, TokenTexts};
-use context::{Copy, ContextIndex};
-use control::{best_length, may_pay_more, Acceptance, BetaModel, Rates, Shared, Verify, DEFAULT_BETA_PRIOR, INVARIANT_DRAFT, MAX_DRAFT};
+use chain::{build_chain, estimate};
+use class::{Class, Source, N_CLASSES};
+use control::{best_length, Acceptance, BetaModel, Rates, Verify, MAX_DRAFT};
+use miss::Pending;
+use seq::Seq;
+use step::Rounds;
+use syntax::TokenTexts;
+
+pub use chain::next_key;
+pub use config::DrafterConfig;
+pub use miss::{Miss, MissKind, MISS_CONTEXT};
 pub use stats::Stats;
-
-/// Tokens of context kept with a miss.
-pub const MISS_CONTEXT: usize = 8;
-
-/// Tuning of the drafter; `Default` is what the plugin uses.
-#[derive(Clone, Debug)]
-pub struct DrafterConfig {
-    /// Number of sequences (slots), ids `0..n_seq`.
-    pub n_seq: usize,
-    /// Upper bound on draft length, whatever the caller allows (≤ [`MAX_DRAFT`]).
-    pub max_draft: usize,
-    /// A pack hit is used only if count/total reaches this.
-    pub min_confidence: f32,
-    /// … and its count reaches this.
-    pub min_count: u32,
-    /// Request n-grams: longest suffix tried, and shortest accepted, in tokens.
-    pub ctx_max_n: usize,
-    pub ctx_min_n: usize,
-    /// While off, draft once every this many steps to re-measure acceptance …
-    pub probe_every: u32,
-    /// … with at most this many tokens.
-    pub probe_len: usize,
-    /// A sequence that drafted this many steps in a row takes one plain step, so the cost of a
-    /// plain step (the unit of β) stays measured even when every step could draft.
-    pub calibrate_every: u32,
-    /// Acceptance assumed per [`Class`] of evidence before any measurement.
-    pub class_prior: [f32; N_CLASSES],
-    /// Decay of a sequence's acceptance counts per observation (0.9 ≈ the last 10 tokens) …
-    pub alpha_decay: f32,
-    /// … and of the counts all sequences share (0.98 ≈ the last 50).
-    pub global_decay: f32,
-    /// Pseudo-observations of the global estimate in a sequence's estimate.
-    pub seq_prior_weight: f32,
-    /// Pseudo-observations of `alpha_prior` in the global estimate.
-    pub global_prior_weight: f32,
-    /// β prior points (tokens verified, cost relative to one token).
-    pub beta_prior: Vec<(u32, f32)>,
-    /// Cost of one draft-model token relative to a plain step, assumed until measured (d in
-    /// E / (β + d); about 0.35 for a 0.5B draft without its LM head against a 1.5B target).
-    pub model_cost_prior: f64,
-    /// While the draft model does not pay, it drafts (to re-measure) once per this many steps at
-    /// first, doubling after each such probe up to `model_probe_max`: a probe costs a catch-up
-    /// pass over the tokens it missed.
-    pub model_probe_min: u32,
-    pub model_probe_max: u32,
-    /// … and only while it would pay at this acceptance (its best case worth testing).
-    pub model_probe_alpha: f32,
-    /// Misses kept until drained; later ones are dropped and counted.
-    pub miss_capacity: usize,
-    /// A draft is made only when it is expected to be this much faster than a plain step (0.05 = 5%):
-    /// acceptance is an estimate, and a draft that barely pays on average loses as often as it wins.
-    pub min_gain: f64,
-    /// The same when other sequences share the verify call (`-np > 1`). The shared-call score rests on what
-    /// the others proposed a step earlier and on a β measured only for whole calls, and served at `-np 4` it
-    /// drafted JSON at 87% acceptance and ran at 0.87× of plain decoding: a larger margin is asked there.
-    pub shared_min_gain: f64,
-    /// Break-even control on; off drafts the whole chain found at every step (tests, benchmarks of
-    /// acceptance).
-    pub adaptive: bool,
-    /// Fall back to the request's own n-grams when the pack has nothing.
-    pub use_context: bool,
-}
-
-impl DrafterConfig {
-    /// The pack's recipe for the end of `history`, if it is as sure as this configuration asks.
-    pub fn recipe(&self, index: &Index, history: &[i32]) -> Option<crate::index::Hit> {
-        index.lookup(history).filter(|h| h.confidence() >= self.min_confidence && h.count >= self.min_count)
-    }
-}
-
-impl Default for DrafterConfig {
-    fn default() -> Self {
-        DrafterConfig {
-            n_seq: 1,
-            max_draft: INVARIANT_DRAFT,
-            min_confidence: 0.6,
-            min_count: 1,
-            ctx_max_n: 8,
-            ctx_min_n: 2,
-            probe_every: 32,
-            probe_len: 1,
-            calibrate_every: 32,
-            class_prior: DEFAULT_PRIOR,
-            alpha_decay: 0.9,
-            global_decay: 0.98,
-            seq_prior_weight: 2.0,
-            global_prior_weight: 4.0,
-            beta_prior: DEFAULT_BETA_PRIOR.to_vec(),
-            model_cost_prior: 0.35,
-            model_probe_min: 32,
-            model_probe_max: 1024,
-            model_probe_alpha: 0.9,
-            miss_capacity: 4096,
-            min_gain: 0.05,
-            shared_min_gain: 0.25,
-            adaptive: true,
-            use_context: true,
-        }
-    }
-}
-
-/// Why a miss was recorded.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum MissKind {
-    /// The target rejected a drafted token; `token` is what it produced instead.
-    Rejected,
-    /// The pack had no recipe, yet the request's own n-grams predicted the target's token.
-    Uncovered,
-}
-
-/// A position the next compile could learn: after `context`, the target produced `token`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Miss {
-    pub kind: MissKind,
-    /// Up to [`MISS_CONTEXT`] tokens before the position, oldest first.
-    pub context: Vec<i32>,
-    pub token: i32,
-}
 
 /// Where drafted tokens come from beyond the pack and the request's n-grams: a draft model.
 pub trait TokenSource: Send {
@@ -151,47 +50,6 @@ pub trait TokenSource: Send {
     fn cost_ns(&self) -> Option<f64>;
     /// One line on what it did (for the shutdown summary).
     fn summary(&self) -> String;
-}
-
-/// A miss waiting for the target's token at `pos`.
-#[derive(Clone, Copy, Debug)]
-struct Pending {
-    pos: usize,
-    kind: MissKind,
-    /// Rejected: the drafted token; Uncovered: the n-gram prediction.
-    expect: i32,
-    context: [i32; MISS_CONTEXT],
-    context_len: usize,
-}
-
-#[derive(Default)]
-struct Seq {
-    ctx: ContextIndex,
-    /// Where in the answer's syntax each position falls (read when token texts are attached).
-    answer: Answer,
-    /// The prompt's lists of names (the keys an answer will write, in order).
-    enums: Enumerations,
-    /// Reader state before each chain token, and a buffer for the latest key's text.
-    chain_lex: Vec<Lex>,
-    key: Vec<u8>,
-    scratch: Vec<i32>,
-    chain: Vec<(i32, Class)>,
-    draft: Vec<i32>,
-    /// Sequence length (with the last sampled token) when `draft` was proposed.
-    draft_base: usize,
-    awaiting_accept: bool,
-    /// Acceptance per class of evidence (what the control drafts by) …
-    rates: Rates<N_CLASSES>,
-    /// … and per drafted position (what the counters report).
-    acc: Acceptance,
-    off_steps: u32,
-    /// Consecutive steps that drafted.
-    drafting_run: u32,
-    last_ns: Option<u64>,
-    pending: Vec<Pending>,
-    /// History + chain so far, for the draft model.
-    model_hist: Vec<i32>,
-    stats: Stats,
 }
 
 /// Drafter for `n_seq` sequences sharing one pack, one β model and a global acceptance prior.
@@ -218,12 +76,7 @@ impl Drafter {
     pub fn new(index: Option<Index>, mut cfg: DrafterConfig) -> Drafter {
         cfg.max_draft = cfg.max_draft.min(MAX_DRAFT);
         cfg.ctx_max_n = cfg.ctx_max_n.clamp(1, 8);
-        let seqs = (0..cfg.n_seq)
-            .map(|_| Seq {
-                ctx: ContextIndex::new(cfg.ctx_max_n),
-                ..Seq::default()
-            })
-            .collect();
+        let seqs = (0..cfg.n_seq).map(|_| Seq::new(cfg.ctx_max_n)).collect();
         Drafter {
             beta: BetaModel::new(&cfg.beta_prior),
             rounds: Rounds::new(cfg.n_seq),
@@ -284,17 +137,7 @@ impl Drafter {
         let Some(s) = self.seqs.get_mut(seq) else {
             return;
         };
-        s.ctx.reset(prompt);
-        s.answer.reset(prompt.len());
-        s.enums = self.texts.as_ref().map(|t| Enumerations::from_prompt(t, prompt)).unwrap_or_default();
-        s.draft.clear();
-        s.awaiting_accept = false;
-        s.rates = Rates::default();
-        s.acc = Acceptance::default();
-        s.off_steps = 0;
-        s.drafting_run = 0;
-        s.last_ns = None;
-        s.pending.clear();
+        s.restart(prompt, self.texts.as_ref());
         self.rounds.record(seq, 1, 1.0);
     }
 
@@ -329,7 +172,7 @@ impl Drafter {
         if let Some(texts) = &self.texts {
             s.answer.sync(texts, s.ctx.tokens(), kept);
         }
-        resolve_pending(s, &mut self.misses, cfg.miss_capacity);
+        miss::resolve(s.ctx.tokens(), &mut s.pending, &mut self.misses, cfg.miss_capacity, &mut s.stats);
 
         let n_max = n_max.min(cfg.max_draft);
         if n_max == 0 {
@@ -398,7 +241,7 @@ impl Drafter {
         };
         let base = s.ctx.tokens().len();
         if let Some(expect) = pos0 {
-            s.pending.push(pending(
+            s.pending.push(Pending::new(
                 s.ctx.tokens(),
                 &[],
                 base,
@@ -449,7 +292,7 @@ impl Drafter {
             self.global.observe(c.index(), i < n, self.cfg.global_decay);
         }
         if n < g {
-            let p = pending(
+            let p = Pending::new(
                 s.ctx.tokens(),
                 &s.draft[..n],
                 s.draft_base + n,
@@ -489,214 +332,11 @@ impl Drafter {
     }
 }
 
-/// Fills `s.chain` with up to `want` tokens, each looked up after the ones before it: where a key starts, the
-/// key the prompt's lists name; else the pack's recipe or a copy of the request's own text (the copy where
-/// they disagree; a copy, once started, runs on token by token while its tokens are taken); the draft model
-/// (source, sequence, how many of the first positions it may fill) answers where none does. Each token's
-/// class is its evidence at its place in the answer's syntax (read over `texts`, when given). Under the
-/// break-even control the chain ends where no further token could pay. Returns the copy's token for the
-/// first position when the pack had no recipe there (a possible miss of the pack).
-#[allow(clippy::too_many_arguments)]
-fn build_chain(
-    index: Option<&Index>,
-    texts: Option<&TokenTexts>,
-    cfg: &DrafterConfig,
-    s: &mut Seq,
-    want: usize,
-    global: &Rates<N_CLASSES>,
-    verify: &Verify,
-    need: f64,
-    mut model: Option<(&mut (dyn TokenSource + 'static), usize, usize)>,
-) -> Option<i32> {
-    s.chain.clear();
-    s.chain_lex.clear();
-    s.scratch.clear();
-    let hist = s.ctx.tokens();
-    let keep = index.map_or(0, Index::max_n).min(hist.len());
-    s.scratch.extend_from_slice(&hist[hist.len() - keep..]);
-    let mut copy: Option<Copy> = None;
-    let mut uncovered = None;
-    let mut lex = s.answer.now();
-    // The key being drafted from the prompt's list, and how much of it is in the chain.
-    let mut listed: Option<(&[i32], usize)> = None;
-    let (mut expected, mut run, mut best) = (1.0f64, 1.0f64, need);
-    for i in 0..want {
-        if cfg.adaptive && !may_pay_more(expected, run, best, verify, i, want) {
-            break;
-        }
-        let place = lex.place();
-        if let (None, Some(texts), Some(opener)) = (listed, texts, lex.key_start()) {
-            let rev = s.chain.iter().zip(&s.chain_lex).rev().map(|(&(t, _), &l)| (l, texts.get(t)));
-            let rev = rev.chain(s.answer.rev(texts, s.ctx.tokens()));
-            listed = next_key(&s.enums, rev, lex.depth(), opener, &mut s.key).map(|k| (k, 0));
-        }
-        let pack = index
-            .and_then(|ix| cfg.recipe(ix, &s.scratch))
-            .map(|h| (h.token, Class::pack(h.kind, h.count, h.confidence(), place)));
-        if cfg.use_context && copy.is_none() {
-            copy = s.ctx.find(&s.scratch[keep..], cfg.ctx_min_n);
-        }
-        // A copy never proposes a control token: in the prompt those are the chat template's markers, which
-        // the answer does not repeat (on HumanEval the copy of a docstring ran on into `<|im_end|>`).
-        let copied = copy
-            .map(|c| (s.ctx.token(c), Class::copy(c.len, c.ambiguous, place)))
-            .filter(|&(t, _)| !texts.is_some_and(|tx| tx.is_control(t)));
-        if i == 0 && pack.is_none() {
-            uncovered = copied.map(|(t, _)| t);
-        }
-        // A key the prompt's list names comes first: neither a recipe nor a copy knows this request's keys.
-        // Agreement is evidence of its own kind; where they disagree the request's own text wins (a recipe
-        // it contradicts was right 0–12% of the time on held-out answers).
-        let mut next = match (listed, pack, copied) {
-            (Some((k, j)), ..) => Some((k[j], Class::listed(place))),
-            (None, Some(a), Some(b)) if a.0 == b.0 => Some((a.0, Class::agreed(place))),
-            (None, a, b) => b.or(a),
-        };
-        listed = listed.filter(|&(k, j)| j + 1 < k.len()).map(|(k, j)| (k, j + 1));
-        // A copy runs on while its tokens are taken; once the chain leaves it, the next token looks again.
-        copy = match (copy, next) {
-            (Some(c), Some((t, _))) if s.ctx.token(c) == t => s.ctx.advance(c),
-            _ => None,
-        };
-        if next.is_none() {
-            if let Some((src, seq, n)) = model.as_mut() {
-                if i < *n {
-                    s.model_hist.clear();
-                    s.model_hist.extend_from_slice(s.ctx.tokens());
-                    s.model_hist.extend(s.chain.iter().map(|&(t, _)| t));
-                    next = src.next(*seq, &s.model_hist).map(|t| (t, Class::model(place)));
-                }
-            }
-        }
-        let Some((t, c)) = next else { break };
-        run *= f64::from(estimate(cfg, global, &s.rates, c));
-        expected += run;
-        best = best.max(verify.score(expected, i + 1, 0.0));
-        s.chain.push((t, c));
-        s.chain_lex.push(lex);
-        s.scratch.push(t);
-        if let Some(texts) = texts {
-            lex.feed(texts.get(t));
-        }
-    }
-    uncovered
-}
 
-/// Acceptance expected of `c` on a sequence with `rates`: its own counts shrunk towards those all sequences
-/// share (`global`), and those towards the prior. Computed per drafted token, not for every class per call.
-#[inline]
-fn estimate(cfg: &DrafterConfig, global: &Rates<N_CLASSES>, rates: &Rates<N_CLASSES>, c: Class) -> f32 {
-    let i = c.index();
-    rates.estimate(i, global.estimate(i, cfg.class_prior[i], cfg.global_prior_weight), cfg.seq_prior_weight)
-}
-
-/// The key that starts here by the prompt's lists: after the latest key at `depth` (in `rev`, (reader state,
-/// text) of the tokens so far, latest first) when it follows a `,`; when it opens an object, the first
-/// item of that key's list (the next object of an array), or of the prompt's first list at the top level.
-pub(crate) fn next_key<'e, 'a>(enums: &'e Enumerations, rev: impl Iterator<Item = (Lex, &'a [u8])>, depth: u32, opener: u8, key: &mut Vec<u8>) -> Option<&'e [i32]> {
-    if enums.is_empty() {
-        return None;
-    }
-    match (opener, syntax::last_key(rev, depth, key)) {
-        (b',', true) => enums.after(key),
-        (b'{', true) => enums.first_with(key),
-        (b'{', false) if depth == 1 => enums.first(),
-        _ => None,
-    }
-}
-
-/// Which sequences share llama-server's decode calls. Each server step drafts for every generating slot
-/// (one call each, in a row), then verifies all their tokens in one batch; a sequence calling again marks
-/// the next step. Sequences of the current or the last step count as sharing this one.
-struct Rounds {
-    now: Vec<bool>,
-    prev: Vec<bool>,
-    /// Per sequence: tokens (1 + drafted) of its latest proposal, and what it is expected to yield.
-    tokens: Vec<usize>,
-    expected: Vec<f64>,
-    /// Tokens the last complete step verified.
-    last_total: usize,
-}
-
-impl Rounds {
-    fn new(n_seq: usize) -> Rounds {
-        Rounds { now: vec![false; n_seq], prev: vec![false; n_seq], tokens: vec![1; n_seq], expected: vec![1.0; n_seq], last_total: 1 }
-    }
-
-    /// `seq` drafts: returns what the other sequences put into the same call (those not yet called in
-    /// this step as they did in the last).
-    fn enter(&mut self, seq: usize) -> Shared {
-        if self.now[seq] {
-            self.last_total = (0..self.now.len()).filter(|&j| self.now[j]).map(|j| self.tokens[j]).sum();
-            std::mem::swap(&mut self.now, &mut self.prev);
-            self.now.fill(false);
-        }
-        self.now[seq] = true;
-        let mut shared = Shared::default();
-        for j in (0..self.now.len()).filter(|&j| j != seq && (self.now[j] || self.prev[j])) {
-            shared.tokens += self.tokens[j];
-            shared.expected += self.expected[j];
-        }
-        shared
-    }
-
-    fn record(&mut self, seq: usize, tokens: usize, expected: f64) {
-        self.tokens[seq] = tokens;
-        self.expected[seq] = expected;
-    }
-}
-
-/// A pending miss at `pos`, whose context is the end of `hist` followed by `extra`.
-fn pending(hist: &[i32], extra: &[i32], pos: usize, kind: MissKind, expect: i32) -> Pending {
-    let mut context = [0; MISS_CONTEXT];
-    let len = (hist.len() + extra.len()).min(MISS_CONTEXT);
-    for (slot, &t) in context[..len]
-        .iter_mut()
-        .rev()
-        .zip(extra.iter().rev().chain(hist.iter().rev()))
-    {
-        *slot = t;
-    }
-    Pending {
-        pos,
-        kind,
-        expect,
-        context,
-        context_len: len,
-    }
-}
-
-/// Settles pending misses now that the target's tokens are in the mirror.
-fn resolve_pending(s: &mut Seq, misses: &mut VecDeque<Miss>, capacity: usize) {
-    let toks = s.ctx.tokens();
-    for p in s.pending.drain(..) {
-        let ctx = &p.context[..p.context_len];
-        if p.pos >= toks.len() || p.pos < ctx.len() || &toks[p.pos - ctx.len()..p.pos] != ctx {
-            continue;
-        }
-        let actual = toks[p.pos];
-        let record = match p.kind {
-            MissKind::Rejected => actual != p.expect,
-            MissKind::Uncovered => actual == p.expect,
-        };
-        if !record {
-            continue;
-        }
-        if misses.len() < capacity {
-            misses.push_back(Miss {
-                kind: p.kind,
-                context: ctx.to_vec(),
-                token: actual,
-            });
-            s.stats.misses_recorded += 1;
-        } else {
-            s.stats.misses_dropped += 1;
-        }
-    }
-}
 
 #[cfg(test)]
 mod tests {
+    use super::control::DEFAULT_BETA_PRIOR;
     use super::*;
     use crate::pack::tests::{lit, meta};
     use crate::pack::{Entry, Pack};
@@ -753,26 +393,6 @@ mod tests {
         (calls.load(std::sync::atomic::Ordering::Relaxed), d.global_stats())
     }
 
-    #[test]
-    fn rounds_see_what_other_slots_put_into_the_call() {
-        let mut r = Rounds::new(3);
-        assert_eq!(r.enter(0), Shared::default(), "alone so far");
-        r.record(0, 4, 2.5);
-        assert_eq!(r.enter(1), Shared { tokens: 4, expected: 2.5 });
-        r.record(1, 1, 1.0);
-        // Sequence 0 again: the step with 4 + 1 tokens was decoded; 1 has not drafted in this one yet but
-        // did in the last, so it counts with what it put in then.
-        assert_eq!(r.enter(0), Shared { tokens: 1, expected: 1.0 });
-        assert_eq!(r.last_total, 5);
-        r.record(0, 1, 1.0);
-        assert_eq!(r.enter(1), Shared { tokens: 1, expected: 1.0 }, "0 is in this step already, with its new proposal");
-        r.record(1, 3, 2.0);
-        assert_eq!(r.enter(0), Shared { tokens: 3, expected: 2.0 });
-        assert_eq!(r.last_total, 4);
-        r.record(0, 1, 1.0);
-        assert_eq!(r.enter(0), Shared::default(), "1 did not draft in the last step: its request is over");
-        assert_eq!(r.last_total, 1);
-    }
 
     #[test]
     fn a_draft_model_is_used_only_where_it_pays() {

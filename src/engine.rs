@@ -2,10 +2,9 @@
 //! the GGUF or named), the combined drafter with break-even control, and the local miss log.
 
 use crate::draft::model::{ModelDraftConfig, ModelDrafter};
-use crate::draft::syntax::TokenTexts;
 use crate::draft::{Drafter, DrafterConfig, Miss, Stats};
-use crate::ffi::api::KolmRsdStats;
 use crate::index::Index;
+use crate::vocab::{drafter_texts, fingerprint, token_texts};
 use crate::llama::{Model, Token};
 use crate::misslog::MissLog;
 use crate::pack::Pack;
@@ -183,21 +182,6 @@ impl EngineConfig {
     }
 }
 
-/// The vocabulary's token texts, in id order: what shapes and the tokenizer fingerprint are made of.
-pub fn token_texts(model: &Model) -> Vec<&[u8]> {
-    (0..model.n_vocab() as Token).map(|t| model.token_text(t)).collect()
-}
-
-/// The vocabulary as the drafter reads it: every token's text, and which are control tokens.
-pub fn drafter_texts(model: &Model, texts: &[&[u8]]) -> TokenTexts {
-    TokenTexts::new(texts).with_control(|t| model.is_control(t) || model.is_eog(t))
-}
-
-/// The tokenizer fingerprint of a model (what packs and shortlists are checked against).
-pub fn model_fingerprint(model: &Model) -> String {
-    crate::pack::tokenizer_fingerprint(token_texts(model).into_iter())
-}
-
 /// Loads and validates a pack for `model`'s tokenizer.
 pub fn load_pack(path: &Path, model: &Model) -> Result<Pack, EngineError> {
     load_pack_for(path, &token_texts(model))
@@ -215,6 +199,15 @@ fn load_pack_for(path: &Path, texts: &[&[u8]]) -> Result<Pack, EngineError> {
 pub fn load_index(path: &Path, texts: &[&[u8]]) -> Result<Index, EngineError> {
     let pack = load_pack_for(path, texts)?;
     Ok(Index::new(&pack, Some(ShapeTable::from_token_texts(texts))))
+}
+
+/// What an engine has done since load, for the layers above it (the C ABI's `KolmRsdStats`).
+#[derive(Clone, Debug, Default)]
+pub struct Counters {
+    pub draft: Stats,
+    pub misses_logged: u64,
+    /// Entries of the loaded pack (0 without one).
+    pub pack_entries: u64,
 }
 
 /// The drafter of one model: pack index, request n-grams, break-even control, miss log.
@@ -253,7 +246,7 @@ impl Engine {
                 n_ctx: cfg.n_ctx,
                 n_threads: cfg.n_threads,
             })?;
-            let (want, got) = (model_fingerprint(model), model_fingerprint(md.model()));
+            let (want, got) = (fingerprint(model), fingerprint(md.model()));
             if want != got || model.n_vocab() != md.model().n_vocab() {
                 return Err(EngineError::Arg(format!(
                     "draft model {}: its tokenizer differs from the target's (fingerprint {got}, {} tokens; the target has {want}, {} tokens)",
@@ -314,20 +307,10 @@ impl Engine {
         self.misses.clear();
     }
 
-    pub fn draft_stats(&self) -> Stats {
-        self.drafter.global_stats()
-    }
-
-    pub fn stats(&self) -> KolmRsdStats {
-        let s = self.drafter.global_stats();
-        KolmRsdStats {
-            propose_calls: s.calls,
-            drafts: s.drafts,
-            tokens_drafted: s.tokens_drafted,
-            tokens_accepted: s.tokens_accepted,
-            pack_hits: s.literal_hits + s.shape_hits,
-            context_hits: s.context_hits,
-            steps_off: s.steps_off,
+    /// Counters since load: the drafter's over all sequences, misses logged, the pack's size.
+    pub fn counters(&self) -> Counters {
+        Counters {
+            draft: self.drafter.global_stats(),
             misses_logged: self.misses_logged,
             pack_entries: self.pack.as_ref().map_or(0, |(_, n)| *n as u64),
         }

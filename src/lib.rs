@@ -3,9 +3,10 @@
 //! Pure rooms (no llama.cpp): `pack` (recipes.json), `hash` (stable window keys), `shape` (token
 //! classes), `index` (lookup tables), `draft` (the combined drafter and break-even control), `align`
 //! (deterministic tokens of K samples), `misslog`. Rooms over llama.cpp: `llama` (bindings + thin
-//! safe layer), `teacher` (sampling runs), `compile`, `engine` (what the C ABI drives), `ffi` (the C ABI
-//! and plugin entry points), `server` (a real llama-server over HTTP), `load` (concurrent clients against
-//! it), `stress` (the reliability harness), `fetch`, `workload`. `heap` counts this library's own memory.
+//! safe layer), `vocab` (a model's token texts and tokenizer fingerprint), `teacher` (sampling runs),
+//! `compile`, `engine` (what the C ABI drives), `ffi` (the C ABI and plugin entry points), `server` (a
+//! real llama-server over HTTP), `load` (concurrent clients against it), `stress` (the reliability
+//! harness), `fetch`, `workload`. `heap` counts this library's own memory.
 
 pub mod align;
 pub mod bench;
@@ -29,6 +30,7 @@ pub mod shape;
 pub mod shortlist;
 pub mod stress;
 pub mod teacher;
+pub mod vocab;
 pub mod workload;
 
 #[global_allocator]

@@ -404,7 +404,7 @@ impl Shortlist {
     /// Loads a shortlist for `model`: its tokenizer fingerprint and vocabulary size must match.
     pub fn load(path: &Path, model: &Model) -> Result<Shortlist, Box<dyn std::error::Error>> {
         let bytes = std::fs::read(path).map_err(|e| format!("shortlist {}: {e}", path.display()))?;
-        let fp = crate::engine::model_fingerprint(model);
+        let fp = crate::vocab::fingerprint(model);
         Ok(Shortlist::from_slice(&bytes, &path.display().to_string(), Some((&fp, model.n_vocab() as u32)))?)
     }
 }

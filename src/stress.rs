@@ -161,19 +161,13 @@ pub fn run(prompts: &Prompts, o: &StressOptions) -> Result<StressReport, Box<dyn
     let plain_side = load_side("plain", &mut plain, &requests, limits);
     let mut alone = HashMap::new();
     for r in &requests {
-        if let Some(k) = key(r) {
-            if !alone.contains_key(&k) {
-                let one = Request { kind: Kind::Plain, ..r.clone() };
-                let agent = ureq::AgentBuilder::new().timeout(o.request_timeout).build();
-                match load::send(&agent, plain.port(), &one) {
-                    Outcome::Done { content, .. } => {
-                        alone.insert(k, content);
-                    }
-                    other => {
-                        alone.insert(k, format!("<{other:?}>"));
-                    }
-                }
-            }
+        if let Some(std::collections::hash_map::Entry::Vacant(slot)) = key(r).map(|k| alone.entry(k)) {
+            let one = Request { kind: Kind::Plain, ..r.clone() };
+            let agent = ureq::AgentBuilder::new().timeout(o.request_timeout).build();
+            slot.insert(match load::send(&agent, plain.port(), &one) {
+                Outcome::Done { content, .. } => content,
+                other => format!("<{other:?}>"),
+            });
         }
     }
     plain.stop();

@@ -88,7 +88,7 @@ fn request_rows_give_the_prompt_tokens_a_shortlist_lacks() {
 
 /// A shortlist of `size` ids for SmolLM2 that holds `must` (the rest: low ids, the BPE prior).
 fn shortlist_with(model: &Model, must: &[Token], size: usize, path: &Path) -> Shortlist {
-    let fp = kolm_rsd::engine::model_fingerprint(model);
+    let fp = kolm_rsd::vocab::fingerprint(model);
     let mut ranking: Vec<u32> = must.iter().map(|&t| t as u32).collect();
     ranking.extend(0..model.n_vocab() as u32);
     let always = kolm_rsd::shortlist::always_tokens(model);

@@ -8,7 +8,7 @@ use kolm_rsd::compile::templated;
 use kolm_rsd::head::{certify, exact_dot, principal_directions, top2, HeadInfo, HeadOptions, HeadRows, ProjectedBound, SubsetHead};
 use kolm_rsd::llama::{self, Model, ModelOptions};
 use kolm_rsd::pack::write_atomic;
-use kolm_rsd::engine::model_fingerprint;
+use kolm_rsd::vocab::fingerprint;
 use kolm_rsd::shortlist::{always_tokens, score_positions, Histogram, Method, Shortlist, ShortlistErrorKind};
 use std::sync::OnceLock;
 
@@ -113,7 +113,7 @@ fn id_map_round_trips() {
         assert_eq!(fwd[i], rev[ids.len() - 1 - i], "row of token {}", ids[i]);
     }
     // Shortlist ids ↔ rows.
-    let fp = model_fingerprint(&f.model);
+    let fp = fingerprint(&f.model);
     let s = Shortlist::from_ranking(&ids, &always_tokens(&f.model), 1000, f.model.n_vocab() as u32, fp, Method::Topk, 10);
     let rows = s.rows();
     for (r, &id) in s.ids.iter().enumerate() {
@@ -251,7 +251,7 @@ fn certificate_certifies_only_true_argmaxes() {
 
 fn smol_expect() -> (String, u32) {
     let f = fixture();
-    (model_fingerprint(&f.model), f.model.n_vocab() as u32)
+    (fingerprint(&f.model), f.model.n_vocab() as u32)
 }
 
 #[test]

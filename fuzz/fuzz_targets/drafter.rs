@@ -6,7 +6,8 @@
 
 use kolm_rsd::draft::syntax::TokenTexts;
 use kolm_rsd::draft::{Drafter, DrafterConfig};
-use kolm_rsd::engine::{drafter_texts, load_index, token_texts};
+use kolm_rsd::engine::load_index;
+use kolm_rsd::vocab::{drafter_texts, token_texts};
 use kolm_rsd::index::Index;
 use kolm_rsd_fuzz::{model, pack_path, Op, Ops};
 use libfuzzer_sys::fuzz_target;

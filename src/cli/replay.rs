@@ -7,7 +7,7 @@ use kolm_rsd::draft::{Drafter, DrafterConfig};
 use kolm_rsd::llama::{self, Model, ModelOptions};
 use kolm_rsd::replay::{oracle, replay, NgramSimple, Recorded, Replayed};
 use kolm_rsd::teacher::Teacher;
-use kolm_rsd::{compile, engine, workload};
+use kolm_rsd::{compile, engine, vocab, workload};
 use std::path::PathBuf;
 
 #[derive(clap::Args)]
@@ -68,10 +68,10 @@ pub fn run(a: &ReplayArgs) -> CliResult {
         if a.no_context { "off" } else { "on" }
     );
     println!("\n| clock | speedup | tokens per pass | drafted | accepted | α | per prompt |\n|---|---:|---:|---:|---:|---:|---|");
-    let vocab = engine::token_texts(&model);
+    let vocab = vocab::token_texts(&model);
     let index = pack.as_deref().map(|p| engine::load_index(p, &vocab)).transpose()?;
     let cfg = DrafterConfig { use_context: !a.no_context, ..DrafterConfig::default() };
-    let texts = engine::drafter_texts(&model, &vocab);
+    let texts = vocab::drafter_texts(&model, &vocab);
     let row = |name: &str, (each, t): (Vec<Replayed>, Replayed)| {
         let per: Vec<String> = each.iter().map(|r| format!("{:.2}", r.speedup())).collect();
         println!(

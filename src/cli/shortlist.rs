@@ -6,7 +6,7 @@ use kolm_rsd::compile::templated;
 use kolm_rsd::head::{certify, exact_dot, needs_full_head, principal_directions, top2, HeadInfo, HeadOptions, HeadRows, ProjectedBound, SubsetHead};
 use kolm_rsd::llama::{self, argmax, Model, ModelOptions, Token};
 use kolm_rsd::pack::write_atomic;
-use kolm_rsd::engine::model_fingerprint;
+use kolm_rsd::vocab;
 use kolm_rsd::shortlist::{always_tokens, rank_of, score_positions, top_ids, Coverage, Histogram, Method, Shortlist, COVERAGE_KS};
 use kolm_rsd::teacher::Teacher;
 use kolm_rsd::workload;
@@ -183,7 +183,7 @@ fn texts(model: &Model, sources: &[String], split: Split, t: &TextArgs) -> Resul
 fn build(a: &BuildArgs) -> CliResult {
     llama::quiet_logs();
     let model = Model::load(&a.model, &ModelOptions::default())?;
-    let fp = model_fingerprint(&model);
+    let fp = vocab::fingerprint(&model);
     let n_vocab = model.n_vocab();
     let hpath = a.histogram.clone().unwrap_or_else(|| {
         let stem = a.output.file_name().unwrap_or_default().to_string_lossy();

@@ -2,7 +2,7 @@
 //! target accepted, feed misses, read stats. Opaque handle, stable result codes, panic boundary everywhere.
 
 use super::error::{boundary, boundary_value, last_error_ptr, FfiError, KolmRsdResult};
-use crate::engine::{Engine, EngineConfig, EngineError};
+use crate::engine::{Counters, Engine, EngineConfig, EngineError};
 use crate::llama::Model;
 use crate::pack::PackErrorKind;
 use std::ffi::{c_char, CStr};
@@ -65,6 +65,23 @@ pub struct KolmRsdStats {
     pub misses_logged: u64,
     /// Entries of the loaded pack (0 without one).
     pub pack_entries: u64,
+}
+
+impl From<Counters> for KolmRsdStats {
+    fn from(c: Counters) -> KolmRsdStats {
+        let s = c.draft;
+        KolmRsdStats {
+            propose_calls: s.calls,
+            drafts: s.drafts,
+            tokens_drafted: s.tokens_drafted,
+            tokens_accepted: s.tokens_accepted,
+            pack_hits: s.literal_hits + s.shape_hits,
+            context_hits: s.context_hits,
+            steps_off: s.steps_off,
+            misses_logged: c.misses_logged,
+            pack_entries: c.pack_entries,
+        }
+    }
 }
 
 fn map_engine(e: EngineError) -> FfiError {
@@ -269,7 +286,7 @@ pub unsafe extern "C" fn kolm_rsd_get_stats(rsd: *const KolmRsd, out: *mut KolmR
         // SAFETY: caller contract: a live handle, read only.
         let h = unsafe { rsd.as_ref() }.ok_or_else(|| FfiError::null("rsd"))?;
         // SAFETY: out is non-null and writable.
-        unsafe { out.as_ptr().write(h.engine.stats()) };
+        unsafe { out.as_ptr().write(h.engine.counters().into()) };
         Ok(())
     })
 }

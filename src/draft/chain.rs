@@ -1,0 +1,128 @@
+//! The chain: the tokens one draft proposes, each looked up after the ones before it, with the evidence
+//! (its [`Class`]) each rests on.
+
+use super::class::{Class, N_CLASSES};
+use super::config::DrafterConfig;
+use super::context::Copy;
+use super::control::{may_pay_more, Rates, Verify};
+use super::enumeration::Enumerations;
+use super::seq::Seq;
+use super::syntax::{self, Lex, TokenTexts};
+use super::TokenSource;
+use crate::index::Index;
+
+/// Fills `s.chain` with up to `want` tokens, each looked up after the ones before it: where a key starts, the
+/// key the prompt's lists name; else the pack's recipe or a copy of the request's own text (the copy where
+/// they disagree; a copy, once started, runs on token by token while its tokens are taken); the draft model
+/// (source, sequence, how many of the first positions it may fill) answers where none does. Each token's
+/// class is its evidence at its place in the answer's syntax (read over `texts`, when given). Under the
+/// break-even control the chain ends where no further token could pay. Returns the copy's token for the
+/// first position when the pack had no recipe there (a possible miss of the pack).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn build_chain(
+    index: Option<&Index>,
+    texts: Option<&TokenTexts>,
+    cfg: &DrafterConfig,
+    s: &mut Seq,
+    want: usize,
+    global: &Rates<N_CLASSES>,
+    verify: &Verify,
+    need: f64,
+    mut model: Option<(&mut (dyn TokenSource + 'static), usize, usize)>,
+) -> Option<i32> {
+    s.chain.clear();
+    s.chain_lex.clear();
+    s.scratch.clear();
+    let hist = s.ctx.tokens();
+    let keep = index.map_or(0, Index::max_n).min(hist.len());
+    s.scratch.extend_from_slice(&hist[hist.len() - keep..]);
+    let mut copy: Option<Copy> = None;
+    let mut uncovered = None;
+    let mut lex = s.answer.now();
+    // The key being drafted from the prompt's list, and how much of it is in the chain.
+    let mut listed: Option<(&[i32], usize)> = None;
+    let (mut expected, mut run, mut best) = (1.0f64, 1.0f64, need);
+    for i in 0..want {
+        if cfg.adaptive && !may_pay_more(expected, run, best, verify, i, want) {
+            break;
+        }
+        let place = lex.place();
+        if let (None, Some(texts), Some(opener)) = (listed, texts, lex.key_start()) {
+            let rev = s.chain.iter().zip(&s.chain_lex).rev().map(|(&(t, _), &l)| (l, texts.get(t)));
+            let rev = rev.chain(s.answer.rev(texts, s.ctx.tokens()));
+            listed = next_key(&s.enums, rev, lex.depth(), opener, &mut s.key).map(|k| (k, 0));
+        }
+        let pack = index
+            .and_then(|ix| cfg.recipe(ix, &s.scratch))
+            .map(|h| (h.token, Class::pack(h.kind, h.count, h.confidence(), place)));
+        if cfg.use_context && copy.is_none() {
+            copy = s.ctx.find(&s.scratch[keep..], cfg.ctx_min_n);
+        }
+        // A copy never proposes a control token: in the prompt those are the chat template's markers, which
+        // the answer does not repeat (on HumanEval the copy of a docstring ran on into `<|im_end|>`).
+        let copied = copy
+            .map(|c| (s.ctx.token(c), Class::copy(c.len, c.ambiguous, place)))
+            .filter(|&(t, _)| !texts.is_some_and(|tx| tx.is_control(t)));
+        if i == 0 && pack.is_none() {
+            uncovered = copied.map(|(t, _)| t);
+        }
+        // A key the prompt's list names comes first: neither a recipe nor a copy knows this request's keys.
+        // Agreement is evidence of its own kind; where they disagree the request's own text wins (a recipe
+        // it contradicts was right 0–12% of the time on held-out answers).
+        let mut next = match (listed, pack, copied) {
+            (Some((k, j)), ..) => Some((k[j], Class::listed(place))),
+            (None, Some(a), Some(b)) if a.0 == b.0 => Some((a.0, Class::agreed(place))),
+            (None, a, b) => b.or(a),
+        };
+        listed = listed.filter(|&(k, j)| j + 1 < k.len()).map(|(k, j)| (k, j + 1));
+        // A copy runs on while its tokens are taken; once the chain leaves it, the next token looks again.
+        copy = match (copy, next) {
+            (Some(c), Some((t, _))) if s.ctx.token(c) == t => s.ctx.advance(c),
+            _ => None,
+        };
+        if next.is_none() {
+            if let Some((src, seq, n)) = model.as_mut() {
+                if i < *n {
+                    s.model_hist.clear();
+                    s.model_hist.extend_from_slice(s.ctx.tokens());
+                    s.model_hist.extend(s.chain.iter().map(|&(t, _)| t));
+                    next = src.next(*seq, &s.model_hist).map(|t| (t, Class::model(place)));
+                }
+            }
+        }
+        let Some((t, c)) = next else { break };
+        run *= f64::from(estimate(cfg, global, &s.rates, c));
+        expected += run;
+        best = best.max(verify.score(expected, i + 1, 0.0));
+        s.chain.push((t, c));
+        s.chain_lex.push(lex);
+        s.scratch.push(t);
+        if let Some(texts) = texts {
+            lex.feed(texts.get(t));
+        }
+    }
+    uncovered
+}
+
+/// Acceptance expected of `c` on a sequence with `rates`: its own counts shrunk towards those all sequences
+/// share (`global`), and those towards the prior. Computed per drafted token, not for every class per call.
+#[inline]
+pub(super) fn estimate(cfg: &DrafterConfig, global: &Rates<N_CLASSES>, rates: &Rates<N_CLASSES>, c: Class) -> f32 {
+    let i = c.index();
+    rates.estimate(i, global.estimate(i, cfg.class_prior[i], cfg.global_prior_weight), cfg.seq_prior_weight)
+}
+
+/// The key that starts here by the prompt's lists: after the latest key at `depth` (in `rev`, (reader state,
+/// text) of the tokens so far, latest first) when it follows a `,`; when it opens an object, the first
+/// item of that key's list (the next object of an array), or of the prompt's first list at the top level.
+pub fn next_key<'e, 'a>(enums: &'e Enumerations, rev: impl Iterator<Item = (Lex, &'a [u8])>, depth: u32, opener: u8, key: &mut Vec<u8>) -> Option<&'e [i32]> {
+    if enums.is_empty() {
+        return None;
+    }
+    match (opener, syntax::last_key(rev, depth, key)) {
+        (b',', true) => enums.after(key),
+        (b'{', true) => enums.first_with(key),
+        (b'{', false) if depth == 1 => enums.first(),
+        _ => None,
+    }
+}

@@ -1,0 +1,103 @@
+//! What the drafter is tuned by; `Default` is what the plugin uses.
+
+use super::class::{DEFAULT_PRIOR, N_CLASSES};
+use super::control::{DEFAULT_BETA_PRIOR, INVARIANT_DRAFT};
+use crate::index::{Hit, Index};
+
+/// Tuning of the drafter; `Default` is what the plugin uses.
+#[derive(Clone, Debug)]
+pub struct DrafterConfig {
+    /// Number of sequences (slots), ids `0..n_seq`.
+    pub n_seq: usize,
+    /// Upper bound on draft length, whatever the caller allows (≤ [`MAX_DRAFT`]).
+    pub max_draft: usize,
+    /// A pack hit is used only if count/total reaches this.
+    pub min_confidence: f32,
+    /// … and its count reaches this.
+    pub min_count: u32,
+    /// Request n-grams: longest suffix tried, and shortest accepted, in tokens.
+    pub ctx_max_n: usize,
+    pub ctx_min_n: usize,
+    /// While off, draft once every this many steps to re-measure acceptance …
+    pub probe_every: u32,
+    /// … with at most this many tokens.
+    pub probe_len: usize,
+    /// A sequence that drafted this many steps in a row takes one plain step, so the cost of a
+    /// plain step (the unit of β) stays measured even when every step could draft.
+    pub calibrate_every: u32,
+    /// Acceptance assumed per [`Class`] of evidence before any measurement.
+    pub class_prior: [f32; N_CLASSES],
+    /// Decay of a sequence's acceptance counts per observation (0.9 ≈ the last 10 tokens) …
+    pub alpha_decay: f32,
+    /// … and of the counts all sequences share (0.98 ≈ the last 50).
+    pub global_decay: f32,
+    /// Pseudo-observations of the global estimate in a sequence's estimate.
+    pub seq_prior_weight: f32,
+    /// Pseudo-observations of `alpha_prior` in the global estimate.
+    pub global_prior_weight: f32,
+    /// β prior points (tokens verified, cost relative to one token).
+    pub beta_prior: Vec<(u32, f32)>,
+    /// Cost of one draft-model token relative to a plain step, assumed until measured (d in
+    /// E / (β + d); about 0.35 for a 0.5B draft without its LM head against a 1.5B target).
+    pub model_cost_prior: f64,
+    /// While the draft model does not pay, it drafts (to re-measure) once per this many steps at
+    /// first, doubling after each such probe up to `model_probe_max`: a probe costs a catch-up
+    /// pass over the tokens it missed.
+    pub model_probe_min: u32,
+    pub model_probe_max: u32,
+    /// … and only while it would pay at this acceptance (its best case worth testing).
+    pub model_probe_alpha: f32,
+    /// Misses kept until drained; later ones are dropped and counted.
+    pub miss_capacity: usize,
+    /// A draft is made only when it is expected to be this much faster than a plain step (0.05 = 5%):
+    /// acceptance is an estimate, and a draft that barely pays on average loses as often as it wins.
+    pub min_gain: f64,
+    /// The same when other sequences share the verify call (`-np > 1`). The shared-call score rests on what
+    /// the others proposed a step earlier and on a β measured only for whole calls, and served at `-np 4` it
+    /// drafted JSON at 87% acceptance and ran at 0.87× of plain decoding: a larger margin is asked there.
+    pub shared_min_gain: f64,
+    /// Break-even control on; off drafts the whole chain found at every step (tests, benchmarks of
+    /// acceptance).
+    pub adaptive: bool,
+    /// Fall back to the request's own n-grams when the pack has nothing.
+    pub use_context: bool,
+}
+
+impl DrafterConfig {
+    /// The pack's recipe for the end of `history`, if it is as sure as this configuration asks.
+    pub fn recipe(&self, index: &Index, history: &[i32]) -> Option<Hit> {
+        index.lookup(history).filter(|h| h.confidence() >= self.min_confidence && h.count >= self.min_count)
+    }
+}
+
+impl Default for DrafterConfig {
+    fn default() -> Self {
+        DrafterConfig {
+            n_seq: 1,
+            max_draft: INVARIANT_DRAFT,
+            min_confidence: 0.6,
+            min_count: 1,
+            ctx_max_n: 8,
+            ctx_min_n: 2,
+            probe_every: 32,
+            probe_len: 1,
+            calibrate_every: 32,
+            class_prior: DEFAULT_PRIOR,
+            alpha_decay: 0.9,
+            global_decay: 0.98,
+            seq_prior_weight: 2.0,
+            global_prior_weight: 4.0,
+            beta_prior: DEFAULT_BETA_PRIOR.to_vec(),
+            model_cost_prior: 0.35,
+            model_probe_min: 32,
+            model_probe_max: 1024,
+            model_probe_alpha: 0.9,
+            miss_capacity: 4096,
+            min_gain: 0.05,
+            shared_min_gain: 0.25,
+            adaptive: true,
+            use_context: true,
+        }
+    }
+}
+

@@ -1,0 +1,62 @@
+//! What the drafter keeps per sequence (llama-server slot).
+
+use super::class::{Class, N_CLASSES};
+use super::context::ContextIndex;
+use super::control::{Acceptance, Rates};
+use super::enumeration::Enumerations;
+use super::miss::Pending;
+use super::stats::Stats;
+use super::syntax::{Answer, Lex, TokenTexts};
+
+#[derive(Default)]
+pub(super) struct Seq {
+    pub(super) ctx: ContextIndex,
+    /// Where in the answer's syntax each position falls (read when token texts are attached).
+    pub(super) answer: Answer,
+    /// The prompt's lists of names (the keys an answer will write, in order).
+    pub(super) enums: Enumerations,
+    /// Reader state before each chain token, and a buffer for the latest key's text.
+    pub(super) chain_lex: Vec<Lex>,
+    pub(super) key: Vec<u8>,
+    pub(super) scratch: Vec<i32>,
+    pub(super) chain: Vec<(i32, Class)>,
+    pub(super) draft: Vec<i32>,
+    /// Sequence length (with the last sampled token) when `draft` was proposed.
+    pub(super) draft_base: usize,
+    pub(super) awaiting_accept: bool,
+    /// Acceptance per class of evidence (what the control drafts by) …
+    pub(super) rates: Rates<N_CLASSES>,
+    /// … and per drafted position (what the counters report).
+    pub(super) acc: Acceptance,
+    pub(super) off_steps: u32,
+    /// Consecutive steps that drafted.
+    pub(super) drafting_run: u32,
+    pub(super) last_ns: Option<u64>,
+    pub(super) pending: Vec<Pending>,
+    /// History + chain so far, for the draft model.
+    pub(super) model_hist: Vec<i32>,
+    pub(super) stats: Stats,
+}
+
+impl Seq {
+    /// A sequence whose request n-grams run up to `ctx_max_n` tokens.
+    pub(super) fn new(ctx_max_n: usize) -> Seq {
+        Seq { ctx: ContextIndex::new(ctx_max_n), ..Seq::default() }
+    }
+
+    /// A new request on this sequence: its prompt replaces the last one; counters persist, acceptance and
+    /// timing start over.
+    pub(super) fn restart(&mut self, prompt: &[i32], texts: Option<&TokenTexts>) {
+        self.ctx.reset(prompt);
+        self.answer.reset(prompt.len());
+        self.enums = texts.map(|t| Enumerations::from_prompt(t, prompt)).unwrap_or_default();
+        self.draft.clear();
+        self.awaiting_accept = false;
+        self.rates = Rates::default();
+        self.acc = Acceptance::default();
+        self.off_steps = 0;
+        self.drafting_run = 0;
+        self.last_ns = None;
+        self.pending.clear();
+    }
+}
