@@ -3,6 +3,8 @@
 //! and streamed (SSE) completions, clients that hang up mid-generation and raw bodies sent as they are.
 //! Every request ends in a recorded outcome; nothing here decides pass or fail.
 
+pub mod served;
+
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader};
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -7,7 +7,8 @@
 pub mod crash;
 pub mod soak;
 
-use crate::load::{self, Kind, Limits, Outcome, Record, Request};
+use crate::load::served::{self, content, Key, Side};
+use crate::load::{self, Kind, Limits, Outcome, Request};
 use crate::server::{plugin_summary, Server, ServerOptions};
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -105,48 +106,14 @@ pub fn plan(p: &Prompts, o: &StressOptions) -> Vec<Request> {
         .collect()
 }
 
-/// What one server did with the stream.
-pub struct Side {
-    pub name: String,
-    pub records: Vec<Record>,
-    pub wall: f64,
-    /// `/health` answered 200 after the load and a normal request still completed.
-    pub healthy: bool,
-    pub rss_kib: Option<u64>,
-    /// The plugin's shutdown line, when it ran.
-    pub summary: String,
-}
-
-impl Side {
-    /// Tokens of completed answers per second of the whole run.
-    pub fn tok_per_s(&self) -> f64 {
-        let tokens: u64 = self.records.iter().map(|r| if let Outcome::Done { tokens, .. } = r.outcome { tokens } else { 0 }).sum();
-        tokens as f64 / self.wall.max(1e-9)
-    }
-
-    /// Times to last token of the completed greedy requests.
-    pub fn latencies(&self, requests: &[Request]) -> Vec<f64> {
-        self.records
-            .iter()
-            .filter(|r| matches!(r.outcome, Outcome::Done { .. }) && !matches!(requests[r.request].kind, Kind::Raw { .. }))
-            .map(|r| r.secs)
-            .collect()
-    }
-}
-
 /// Everything a run saw and what it found wrong.
 pub struct StressReport {
     pub requests: Vec<Request>,
     pub sides: Vec<Side>,
     /// (prompt, n_predict) → the answer served alone, without speculation.
-    pub alone: HashMap<(String, i64), String>,
+    pub alone: HashMap<Key, String>,
     /// Broken promises: a failed or hung request, an unhealthy server, an output that differs.
     pub problems: Vec<String>,
-}
-
-/// Key of a greedy request's answer served alone.
-fn key(r: &Request) -> Option<(String, i64)> {
-    (!matches!(r.kind, Kind::Raw { .. })).then(|| (r.prompt.clone(), r.n_predict))
 }
 
 /// Runs the stream on plain llama-server, serves each distinct prompt alone there, then runs the same
@@ -158,22 +125,12 @@ pub fn run(prompts: &Prompts, o: &StressOptions) -> Result<StressReport, Box<dyn
     let limits = Limits { clients: o.clients, deadline: o.deadline, request_timeout: o.request_timeout };
 
     let mut plain = Server::start(&t.server("plain.log", None))?;
-    let plain_side = load_side("plain", &mut plain, &requests, limits);
-    let mut alone = HashMap::new();
-    for r in &requests {
-        if let Some(std::collections::hash_map::Entry::Vacant(slot)) = key(r).map(|k| alone.entry(k)) {
-            let one = Request { kind: Kind::Plain, ..r.clone() };
-            let agent = ureq::AgentBuilder::new().timeout(o.request_timeout).build();
-            slot.insert(match load::send(&agent, plain.port(), &one) {
-                Outcome::Done { content, .. } => content,
-                other => format!("<{other:?}>"),
-            });
-        }
-    }
+    let plain_side = Side::serve("plain", &mut plain, &requests, limits);
+    let alone = served::alone(&plain, &requests, o.request_timeout);
     plain.stop();
 
     let mut server = Server::start(&t.server("kolm-rsd.log", Some(t.pack_arg(""))))?;
-    let mut plugin_side = load_side("kolm-rsd", &mut server, &requests, limits);
+    let mut plugin_side = Side::serve("kolm-rsd", &mut server, &requests, limits);
     server.stop();
     plugin_side.summary = plugin_summary(&t.out.join("kolm-rsd.log"));
 
@@ -191,43 +148,10 @@ pub fn run(prompts: &Prompts, o: &StressOptions) -> Result<StressReport, Box<dyn
             problems.push(format!("{}: only {} of {} requests sent before the deadline", side.name, side.records.len(), requests.len()));
         }
     }
-    for (r, want) in identity(&plugin_side, &requests, &alone).1 {
+    for (r, want) in plugin_side.identity(&requests, &alone).1 {
         problems.push(format!("kolm-rsd: request {} ({}) differs from the prompt served alone: {:?} vs {want:?}", r.request, requests[r.request].label, content(r)));
     }
     Ok(StressReport { requests, sides: vec![plain_side, plugin_side], alone, problems })
-}
-
-fn load_side(name: &str, server: &mut Server, requests: &[Request], limits: Limits) -> Side {
-    let (records, wall) = load::run(server.port(), requests, limits);
-    let rss_kib = server.rss_kib();
-    let agent = ureq::AgentBuilder::new().timeout(limits.request_timeout).build();
-    let after = Request { prompt: "Hello".into(), n_predict: 8, kind: Kind::Plain, label: "after".into() };
-    let serves = matches!(load::send(&agent, server.port(), &after), Outcome::Done { .. });
-    let healthy = server.healthy() && serves;
-    Side { name: name.to_string(), records, wall, healthy, rss_kib, summary: String::new() }
-}
-
-fn content(r: &Record) -> &str {
-    match &r.outcome {
-        Outcome::Done { content, .. } => content,
-        _ => "",
-    }
-}
-
-/// Completed greedy records compared with the answers served alone: (identical, differing with the answer
-/// alone).
-pub fn identity<'a>(side: &'a Side, requests: &[Request], alone: &'a HashMap<(String, i64), String>) -> (usize, Vec<(&'a Record, &'a str)>) {
-    let mut same = 0;
-    let mut differ = Vec::new();
-    for r in &side.records {
-        let (Outcome::Done { content, .. }, Some(k)) = (&r.outcome, key(&requests[r.request])) else { continue };
-        match alone.get(&k) {
-            Some(want) if want == content => same += 1,
-            Some(want) => differ.push((r, want.as_str())),
-            None => {}
-        }
-    }
-    (same, differ)
 }
 
 /// The run as Markdown: the sides side by side, then what each kind of hostile request got.
@@ -249,7 +173,7 @@ pub fn markdown(rep: &StressReport, o: &StressOptions) -> String {
     let base = rep.sides[0].tok_per_s();
     for side in &rep.sides {
         let count = |f: fn(&Outcome) -> bool| side.records.iter().filter(|r| f(&r.outcome)).count();
-        let (same, differ) = identity(side, &rep.requests, &rep.alone);
+        let (same, differ) = side.identity(&rep.requests, &rep.alone);
         let lat = side.latencies(&rep.requests);
         let _ = writeln!(
             s,

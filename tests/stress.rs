@@ -42,7 +42,7 @@ fn small_load_with_faults_keeps_every_promise() {
             _ => {}
         }
     }
-    let (same, differ) = stress::identity(plugin, &rep.requests, &rep.alone);
+    let (same, differ) = plugin.identity(&rep.requests, &rep.alone);
     assert!(differ.is_empty() && same >= 30, "{same} identical, {} differ", differ.len());
     assert!(plugin.summary.contains(" drafts, "), "the plugin ran and said so at shutdown: {:?}", plugin.summary);
 }
