@@ -5,10 +5,11 @@
 //! llama-server per configuration, round by round ([`run`]); every output is checked byte for byte against no
 //! speculation; β is measured with the bindings and the ceiling S = E(α,γ)/(β(γ+1)+γ·d) set beside each
 //! measured speedup ([`ceiling`]); the result is a markdown table, JSON with every raw number and PNG charts
-//! ([`report`]).
+//! ([`report`]). [`load`] is the other mode: many clients at once, at several slot counts.
 
 pub mod ceiling;
 pub mod config;
+pub mod load;
 pub mod lookup_cache;
 pub mod prep;
 pub mod report;

@@ -2,8 +2,13 @@
 
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
+use kolm_rsd::bench::load::{self, LoadConfig, LoadOptions};
 use kolm_rsd::bench::{self, config::ConfigKind, prep, report, BenchOptions, Observer};
-use std::path::PathBuf;
+use kolm_rsd::compile::templated;
+use kolm_rsd::llama::{Model, ModelOptions};
+use kolm_rsd::{engine, fetch, server, workload};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {
@@ -56,6 +61,20 @@ pub struct BenchArgs {
     /// Exit 0 even when an output differs from no speculation.
     #[arg(long)]
     allow_mismatch: bool,
+    /// Load mode: many concurrent clients against one server per configuration and slot count (default
+    /// slots 1,4,8; configurations plain, plain-strict, kolm-idle, kolm; workloads json-extraction, mt-bench),
+    /// on the first model and the pack beside it.
+    #[arg(long)]
+    load: bool,
+    /// Load mode: concurrent clients.
+    #[arg(long, default_value_t = 16)]
+    clients: usize,
+    /// Load mode: requests per client.
+    #[arg(long, default_value_t = 4)]
+    per_client: usize,
+    /// Load mode: the recipe pack (default: the one beside the model; `kolm-rsd demo` makes it).
+    #[arg(long)]
+    pack: Option<PathBuf>,
 }
 
 struct Bar(ProgressBar);
@@ -67,6 +86,10 @@ impl Observer for Bar {
     fn step(&self, msg: &str) {
         self.0.set_message(msg.to_string());
         self.0.inc(1);
+        // In a pipe the bar is hidden: a line per step shows the progress there.
+        if self.0.is_hidden() {
+            eprintln!("[{}/{}] {msg}", self.0.position(), self.0.length().unwrap_or(0));
+        }
     }
     fn note(&self, msg: &str) {
         // A hidden bar (stderr not a terminal) drops println: notes, mismatches among them, go to stderr then.
@@ -80,6 +103,9 @@ impl Observer for Bar {
 
 /// Runs the benchmark; the exit code is 2 when an output differs from no speculation (unless allowed).
 pub fn run(a: BenchArgs) -> Result<i32, Box<dyn std::error::Error>> {
+    if a.load {
+        return run_load(a);
+    }
     let mut o = if a.quick { BenchOptions::quick() } else { BenchOptions::full() };
     o.command = std::env::args().collect::<Vec<_>>().join(" ");
     if let Some(v) = a.models {
@@ -121,13 +147,7 @@ pub fn run(a: BenchArgs) -> Result<i32, Box<dyn std::error::Error>> {
     o.fetch = !a.no_fetch;
     o.out = a.out;
 
-    let pb = ProgressBar::new(0);
-    pb.set_style(
-        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} ETA {eta} {wide_msg}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
-    pb.enable_steady_tick(std::time::Duration::from_millis(250));
-    let obs = Bar(pb);
+    let obs = Bar(progress());
     kolm_rsd::llama::quiet_logs();
     let builder = prep::compile_pack_builder();
     let result = bench::run(&o, Some(&*builder), &obs);
@@ -156,4 +176,74 @@ pub fn run(a: BenchArgs) -> Result<i32, Box<dyn std::error::Error>> {
         }
     }
     Ok(0)
+}
+
+/// `--load`: the held-out prompts of a structured and a prose workload from many clients at once.
+fn run_load(a: BenchArgs) -> Result<i32, Box<dyn std::error::Error>> {
+    let name = a.models.as_ref().and_then(|m| m.first().cloned()).unwrap_or_else(|| fetch::DEFAULT_MODEL.into());
+    let model = if Path::new(&name).is_file() { PathBuf::from(&name) } else { fetch::model(&name, !a.no_fetch)? };
+    let pack = a.pack.clone().unwrap_or_else(|| engine::pack_beside(&model));
+    if !pack.is_file() {
+        return Err(format!("no recipe pack at {} (run `kolm-rsd demo` or `kolm-rsd compile`, or pass --pack)", pack.display()).into());
+    }
+    let plugin = server::plugin_path().ok_or("libkolm_rsd.so is not next to this executable (cargo build --release)")?;
+    let workloads = a.workloads.clone().unwrap_or_else(|| vec!["json-extraction".into(), "mt-bench".into()]);
+    kolm_rsd::llama::quiet_logs();
+    let m = Model::load(&model, &ModelOptions { n_gpu_layers: 0 })?;
+    let held = |w: &str| -> Result<Vec<String>, Box<dyn std::error::Error>> {
+        let (_, held) = workload::split(&workload::load(w)?);
+        Ok(held.iter().map(|p| templated(&m, &p.text)).collect())
+    };
+    let structured = held(&workloads[0])?;
+    let prose = match workloads.get(1) {
+        Some(w) => held(w)?,
+        None => vec![],
+    };
+    drop(m);
+    let o = LoadOptions {
+        model,
+        pack,
+        plugin,
+        configs: LoadConfig::parse_list(a.configs.as_deref().unwrap_or("plain-strict,kolm-idle,kolm"))?,
+        slots: a.slots.clone().unwrap_or_else(|| vec![1, 4, 8]),
+        clients: a.clients.max(1),
+        per_client: a.per_client.max(1),
+        n_predict: i64::from(a.n_predict.unwrap_or(64)),
+        slot_ctx: 1024,
+        threads: a.threads.or_else(bench::default_threads),
+        out: a.out.clone(),
+        request_timeout: Duration::from_secs(1800),
+    };
+    if o.slots.contains(&0) {
+        return Err("--slots: a slot count must be at least 1".into());
+    }
+    let obs = Bar(progress());
+    let rows = load::run(&structured, &prose, &o, &obs);
+    obs.0.finish_and_clear();
+    let rows = rows?;
+    let md = load::markdown(&rows, &o);
+    print!("{md}");
+    std::fs::write(o.out.join("load.md"), &md)?;
+    std::fs::write(o.out.join("load.json"), serde_json::to_string_pretty(&rows)?)?;
+    println!("\nraw numbers: {}", o.out.join("load.json").display());
+    let differ: usize = rows.iter().map(|r| r.compared - r.identical).sum();
+    let strict = rows.iter().filter(|r| r.config != "plain").map(|r| r.compared - r.identical).sum::<usize>();
+    if strict > 0 && !a.allow_mismatch {
+        eprintln!("!!!! {strict} OUTPUT(S) WITH STRICT BATCHING OR THE PLUGIN DIFFER FROM THE PROMPT SERVED ALONE !!!!");
+        return Ok(2);
+    }
+    if differ > 0 {
+        eprintln!("note: {differ} answer(s) of plain llama-server at several slots differ from the prompt served alone (plain batches are not batch-invariant)");
+    }
+    Ok(0)
+}
+
+fn progress() -> ProgressBar {
+    let pb = ProgressBar::new(0);
+    pb.set_style(
+        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} ETA {eta} {wide_msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    pb.enable_steady_tick(Duration::from_millis(250));
+    pb
 }

@@ -1,0 +1,308 @@
+//! `kolm-rsd bench --load`: many clients at once. For each slot count (`-np`), every configuration serves the
+//! same request stream from N concurrent clients (structured and prose prompts interleaved, a quarter of them
+//! streamed), on a fresh llama-server each; aggregate tokens per second against plain llama-server at that
+//! slot count, p50/p99 time to last token, and every completed answer held byte for byte to the prompt served
+//! alone without speculation. The prompts are held out from the pack ([`workload::split`]).
+
+use super::Observer;
+use crate::load::served::{self, Side};
+use crate::load::{Kind, Limits, Outcome, Request};
+use crate::server::{plugin_summary, Server, ServerError, ServerOptions};
+use serde::Serialize;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// What a configuration adds to plain llama-server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum LoadConfig {
+    /// llama-server as it comes: the reference.
+    Plain,
+    /// Plain with `--strict-batching` (what the plugin turns on: prompts decoded alone, generation calls of
+    /// at most 16 tokens): the cost of exactness alone.
+    PlainStrict,
+    /// The plugin loaded with nothing to draft from (no pack, no request copies, no miss log): the cost of
+    /// the plugin path itself.
+    KolmIdle,
+    /// The plugin with the pack beside the model.
+    Kolm,
+}
+
+impl LoadConfig {
+    pub const ALL: [LoadConfig; 4] = [LoadConfig::Plain, LoadConfig::PlainStrict, LoadConfig::KolmIdle, LoadConfig::Kolm];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            LoadConfig::Plain => "plain",
+            LoadConfig::PlainStrict => "plain-strict",
+            LoadConfig::KolmIdle => "kolm-idle",
+            LoadConfig::Kolm => "kolm",
+        }
+    }
+
+    /// A comma-separated list of names; `plain` is always run first (every ratio is against it).
+    pub fn parse_list(s: &str) -> Result<Vec<LoadConfig>, String> {
+        let mut v = vec![LoadConfig::Plain];
+        for name in s.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+            let c = LoadConfig::ALL
+                .into_iter()
+                .find(|c| c.name() == name)
+                .ok_or_else(|| format!("--configs: unknown load configuration `{name}` (known: plain, plain-strict, kolm-idle, kolm)"))?;
+            if !v.contains(&c) {
+                v.push(c);
+            }
+        }
+        Ok(v)
+    }
+}
+
+/// What a load benchmark runs.
+#[derive(Clone, Debug)]
+pub struct LoadOptions {
+    pub model: PathBuf,
+    /// The recipe pack the `kolm` configuration serves with.
+    pub pack: PathBuf,
+    pub plugin: PathBuf,
+    pub configs: Vec<LoadConfig>,
+    pub slots: Vec<u32>,
+    pub clients: usize,
+    pub per_client: usize,
+    pub n_predict: i64,
+    /// KV cells per slot.
+    pub slot_ctx: u32,
+    pub threads: Option<u32>,
+    pub out: PathBuf,
+    pub request_timeout: Duration,
+}
+
+/// One configuration at one slot count.
+#[derive(Serialize)]
+pub struct LoadRow {
+    pub slots: u32,
+    pub config: &'static str,
+    pub sent: usize,
+    pub done: usize,
+    pub failed: usize,
+    pub identical: usize,
+    pub compared: usize,
+    pub tokens: u64,
+    pub wall_s: f64,
+    pub tok_per_s: f64,
+    /// Against plain at the same slot count.
+    pub speedup: f64,
+    pub p50_s: f64,
+    pub p99_s: f64,
+    /// p50 per kind of prompt (structured, prose).
+    pub p50_by_label: Vec<(String, f64)>,
+    pub drafted: u64,
+    pub accepted: u64,
+    pub healthy: bool,
+    /// The plugin's shutdown line.
+    pub summary: String,
+}
+
+/// The stream: `clients × per_client` greedy requests, structured and prose prompts taken in turn, every
+/// fourth one streamed.
+pub fn plan(structured: &[String], prose: &[String], o: &LoadOptions) -> Vec<Request> {
+    let (mut si, mut pi) = (0, 0);
+    (0..o.clients * o.per_client)
+        .map(|i| {
+            let (prompt, label) = if i % 2 == 0 || prose.is_empty() {
+                si += 1;
+                (&structured[(si - 1) % structured.len()], "structured")
+            } else {
+                pi += 1;
+                (&prose[(pi - 1) % prose.len()], "prose")
+            };
+            let kind = if i % 4 == 3 { Kind::Stream } else { Kind::Plain };
+            Request { prompt: prompt.clone(), n_predict: o.n_predict, kind, label: label.to_string() }
+        })
+        .collect()
+}
+
+fn server_options(o: &LoadOptions, c: LoadConfig, slots: u32) -> ServerOptions {
+    let mut s = ServerOptions::new(&o.model, &o.out.join(format!("load-np{slots}-{}.log", c.name())));
+    s.n_parallel = slots;
+    s.n_ctx = o.slot_ctx;
+    s.threads = o.threads;
+    match c {
+        LoadConfig::Plain => {}
+        LoadConfig::PlainStrict => s.extra.push("--strict-batching".into()),
+        LoadConfig::KolmIdle => {
+            s.plugin = Some(o.plugin.clone());
+            s.plugin_arg = Some("pack=off,context=0,misslog=off".into());
+        }
+        LoadConfig::Kolm => {
+            s.plugin = Some(o.plugin.clone());
+            s.plugin_arg = Some(format!("pack={},misslog={}", o.pack.display(), o.out.join("load-misses.jsonl").display()));
+        }
+    }
+    s
+}
+
+/// Runs every configuration at every slot count on the same stream; rows in (slots, config) order.
+pub fn run(structured: &[String], prose: &[String], o: &LoadOptions, obs: &dyn Observer) -> Result<Vec<LoadRow>, ServerError> {
+    std::fs::create_dir_all(&o.out).map_err(|e| ServerError::Start(format!("{}: {e}", o.out.display())))?;
+    let requests = plan(structured, prose, o);
+    let limits = Limits { clients: o.clients, deadline: Duration::from_secs(24 * 3600), request_timeout: o.request_timeout };
+    obs.add_total((1 + o.slots.len() * o.configs.len()) as u64);
+
+    let alone_server = Server::start(&server_options(o, LoadConfig::Plain, 1))?;
+    let alone = served::alone(&alone_server, &requests, o.request_timeout);
+    alone_server.stop();
+    obs.step("answers served alone");
+
+    let mut rows = Vec::new();
+    for &slots in &o.slots {
+        let mut base = None;
+        for &c in &o.configs {
+            let opts = server_options(o, c, slots);
+            let mut server = Server::start(&opts)?;
+            let mut side = Side::serve(c.name(), &mut server, &requests, limits);
+            server.stop();
+            side.summary = plugin_summary(&opts.log);
+            let row = row(&side, &requests, &alone, slots, c, *base.get_or_insert(side.tok_per_s()));
+            obs.step(&format!("-np {slots} {}: {:.1} tok/s ({:.2}×)", c.name(), row.tok_per_s, row.speedup));
+            rows.push(row);
+        }
+    }
+    Ok(rows)
+}
+
+fn row(side: &Side, requests: &[Request], alone: &std::collections::HashMap<served::Key, String>, slots: u32, c: LoadConfig, base: f64) -> LoadRow {
+    let (identical, differ) = side.identity(requests, alone);
+    let count = |f: fn(&Outcome) -> bool| side.records.iter().filter(|r| f(&r.outcome)).count();
+    let (mut tokens, mut drafted, mut accepted) = (0, 0, 0);
+    for r in &side.records {
+        if let Outcome::Done { tokens: t, draft_n, draft_accepted, .. } = r.outcome {
+            tokens += t;
+            drafted += draft_n;
+            accepted += draft_accepted;
+        }
+    }
+    let lat = side.latencies(requests);
+    let mut labels: Vec<&str> = requests.iter().map(|r| r.label.as_str()).collect();
+    labels.sort();
+    labels.dedup();
+    let p50_by_label = labels
+        .into_iter()
+        .map(|l| {
+            let xs: Vec<f64> = side.records.iter().filter(|r| requests[r.request].label == l && matches!(r.outcome, Outcome::Done { .. })).map(|r| r.secs).collect();
+            (l.to_string(), crate::load::quantile(&xs, 0.5))
+        })
+        .collect();
+    LoadRow {
+        slots,
+        config: c.name(),
+        sent: side.records.len(),
+        done: count(|o| matches!(o, Outcome::Done { .. })),
+        failed: count(|o| matches!(o, Outcome::Failed(_) | Outcome::Refused { .. })),
+        identical,
+        compared: identical + differ.len(),
+        tokens,
+        wall_s: side.wall,
+        tok_per_s: side.tok_per_s(),
+        speedup: side.tok_per_s() / base.max(1e-9),
+        p50_s: crate::load::quantile(&lat, 0.5),
+        p99_s: crate::load::quantile(&lat, 0.99),
+        p50_by_label,
+        drafted,
+        accepted,
+        healthy: side.healthy,
+        summary: side.summary.clone(),
+    }
+}
+
+/// The rows as a Markdown table, with the settings above it.
+pub fn markdown(rows: &[LoadRow], o: &LoadOptions) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{} clients × {} requests (structured and prose in turn, a quarter streamed), `n_predict` {}, {} KV cells a slot, model `{}`, pack `{}`\n",
+        o.clients,
+        o.per_client,
+        o.n_predict,
+        o.slot_ctx,
+        file_name(&o.model),
+        file_name(&o.pack)
+    );
+    let _ = writeln!(s, "| -np | config | done | identical to alone | tok/s | × plain | p50 s | p99 s | p50 structured / prose s | drafted | accepted | healthy |");
+    let _ = writeln!(s, "|---:|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---|");
+    for r in rows {
+        let by_label: Vec<String> = r.p50_by_label.iter().map(|(_, v)| format!("{v:.1}")).collect();
+        let _ = writeln!(
+            s,
+            "| {} | {} | {}/{} | {}/{} | {:.1} | {:.2}× | {:.1} | {:.1} | {} | {} | {} | {} |",
+            r.slots,
+            r.config,
+            r.done,
+            r.sent,
+            r.identical,
+            r.compared,
+            r.tok_per_s,
+            r.speedup,
+            r.p50_s,
+            r.p99_s,
+            by_label.join(" / "),
+            r.drafted,
+            r.accepted,
+            if r.healthy { "yes" } else { "**no**" }
+        );
+    }
+    s
+}
+
+fn file_name(p: &Path) -> String {
+    p.file_name().map_or_else(|| p.display().to_string(), |n| n.to_string_lossy().into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts() -> LoadOptions {
+        LoadOptions {
+            model: "m.gguf".into(),
+            pack: "m.recipes.json".into(),
+            plugin: "libkolm_rsd.so".into(),
+            configs: LoadConfig::ALL.to_vec(),
+            slots: vec![1, 4, 8],
+            clients: 16,
+            per_client: 4,
+            n_predict: 64,
+            slot_ctx: 1024,
+            threads: None,
+            out: "out".into(),
+            request_timeout: Duration::from_secs(60),
+        }
+    }
+
+    #[test]
+    fn the_stream_interleaves_structured_and_prose_and_streams_a_quarter() {
+        let s = ["s1".to_string(), "s2".to_string()];
+        let p = ["p1".to_string()];
+        let reqs = plan(&s, &p, &opts());
+        assert_eq!(reqs.len(), 64);
+        assert_eq!(reqs.iter().filter(|r| r.label == "structured").count(), 32);
+        assert_eq!(reqs.iter().filter(|r| r.kind == Kind::Stream).count(), 16);
+        assert_eq!(reqs[..4].iter().map(|r| r.prompt.as_str()).collect::<Vec<_>>(), ["s1", "p1", "s2", "p1"]);
+        assert!(plan(&s, &[], &opts()).iter().all(|r| r.label == "structured"), "no prose: structured only");
+    }
+
+    #[test]
+    fn plain_comes_first_and_names_are_checked() {
+        assert_eq!(LoadConfig::parse_list("kolm,kolm-idle").unwrap(), [LoadConfig::Plain, LoadConfig::Kolm, LoadConfig::KolmIdle]);
+        assert!(LoadConfig::parse_list("kolm,fast").unwrap_err().contains("`fast`"));
+    }
+
+    #[test]
+    fn each_configuration_gets_its_flags() {
+        let o = opts();
+        assert!(server_options(&o, LoadConfig::Plain, 4).plugin.is_none());
+        assert_eq!(server_options(&o, LoadConfig::PlainStrict, 4).extra, ["--strict-batching"]);
+        let idle = server_options(&o, LoadConfig::KolmIdle, 4);
+        assert_eq!(idle.plugin_arg.as_deref(), Some("pack=off,context=0,misslog=off"));
+        assert_eq!(idle.n_parallel, 4);
+        assert!(server_options(&o, LoadConfig::Kolm, 8).plugin_arg.unwrap().starts_with("pack=m.recipes.json,misslog="));
+    }
+}
