@@ -9,9 +9,9 @@
 //!
 //! Rooms: `config` (tuning), `seq` (what is kept per sequence), `chain` (the tokens one draft proposes and
 //! the evidence of each), `control` (break-even: β, acceptance, the best length), `step` (which sequences
-//! share the server's decode call), `miss` (positions the next compile could learn); evidence comes from
-//! `context` (the request's copies), `enumeration` and `syntax` (the prompt's lists, the answer's places)
-//! and `model` (a draft model).
+//! share the server's decode call), `gate` (whether drafting pays at all, measured), `miss` (positions the
+//! next compile could learn); evidence comes from `context` (the request's copies), `enumeration` and
+//! `syntax` (the prompt's lists, the answer's places) and `model` (a draft model).
 
 mod chain;
 pub mod class;
@@ -19,6 +19,7 @@ mod config;
 pub mod context;
 pub mod control;
 pub mod enumeration;
+pub mod gate;
 mod miss;
 pub mod model;
 mod seq;
@@ -32,6 +33,7 @@ use crate::index::Index;
 use chain::{build_chain, estimate};
 use class::{Class, Source, N_CLASSES};
 use control::{best_length, Acceptance, BetaModel, Rates, Verify, MAX_DRAFT};
+use gate::{Arm, Gate};
 use miss::Pending;
 use seq::Seq;
 use step::Rounds;
@@ -69,6 +71,8 @@ pub struct Drafter {
     /// Steps since the draft model last drafted while it did not pay, and the current probe interval.
     model_wait: u32,
     model_probe_every: u32,
+    /// Whether drafting pays at all, measured (with the break-even control on and a gate configured).
+    gate: Option<Gate>,
 }
 
 impl Drafter {
@@ -80,6 +84,7 @@ impl Drafter {
         Drafter {
             beta: BetaModel::new(&cfg.beta_prior),
             rounds: Rounds::new(cfg.n_seq),
+            gate: cfg.gate.clone().filter(|_| cfg.adaptive).map(Gate::new),
             cfg,
             index,
             seqs,
@@ -159,6 +164,11 @@ impl Drafter {
             return 0;
         };
         s.stats.calls += 1;
+        // The gate's "off" windows draft nothing (and ask the draft model nothing); misses are still found.
+        let gated = self.gate.as_mut().is_some_and(|g| {
+            g.call(now_ns);
+            g.arm() == Arm::Off
+        });
         let shared = self.rounds.enter(seq);
         if let Some(prev) = s.last_ns {
             // The interval since this sequence's last call is one decode of the last round's tokens.
@@ -208,7 +218,7 @@ impl Drafter {
                 }
             },
         };
-        let model = self.source.as_deref_mut().map(|m| (m, seq, model_len));
+        let model = self.source.as_deref_mut().map(|m| (m, seq, if gated { 0 } else { model_len }));
         let pos0 = build_chain(self.index.as_ref(), self.texts.as_ref(), cfg, s, n_max, global, &verify, need, model);
 
         let mut p = [0f32; MAX_DRAFT];
@@ -219,7 +229,10 @@ impl Drafter {
         }
         let n = s.chain.len();
         let best = best_length(&p[..n], &verify, &cost[..n], need);
-        let g = if !cfg.adaptive || model_probe {
+        let g = if gated {
+            s.stats.steps_gated += 1;
+            0
+        } else if !cfg.adaptive || model_probe {
             n
         } else if best > 0 && s.drafting_run >= cfg.calibrate_every {
             0
@@ -284,6 +297,9 @@ impl Drafter {
         let g = s.draft.len();
         let n = n_accepted.min(g);
         s.stats.tokens_accepted += n as u64;
+        if let Some(g) = &mut self.gate {
+            g.accepted(n);
+        }
         s.acc.observe_run(g, n, self.cfg.alpha_decay);
         self.global_acc.observe_run(g, n, self.cfg.global_decay);
         // Tokens up to the first rejected one were trials of their class; later ones were never judged.
@@ -316,6 +332,11 @@ impl Drafter {
             beta: self.beta.table(),
             ..s.stats
         })
+    }
+
+    /// The gate's windows run with drafting on and off, and its measured rates (tokens per second) of each.
+    pub fn gate(&self) -> Option<&Gate> {
+        self.gate.as_ref()
     }
 
     /// Counters summed over all sequences, with the global acceptance estimate.
@@ -704,10 +725,12 @@ mod tests {
         let entries = (0..10)
             .map(|t| lit(&[t], ((t + 1) % 10) as u32, 5))
             .collect();
-        // The request's own text repeats, so copies of it would be right: this test is about the pack alone.
+        // The request's own text repeats, so copies of it would be right: this test is about the pack alone,
+        // and the control alone (no gate).
         let cfg = DrafterConfig {
             probe_every: 4,
             use_context: false,
+            gate: None,
             ..DrafterConfig::default()
         };
         let mut d = Drafter::new(Some(index(entries)), cfg);
@@ -760,6 +783,7 @@ mod tests {
             Some(index(entries)),
             DrafterConfig {
                 probe_every: 4,
+                gate: None,
                 ..DrafterConfig::default()
             },
         );
@@ -784,5 +808,29 @@ mod tests {
         let prior = BetaModel::new(DEFAULT_BETA_PRIOR);
         assert!((1..=4).all(|g| f64::from(st.beta[g]) > prior.beta(g + 1)), "verification measured dearer than the prior: {st:?}");
         assert!(st.alpha > 0.9, "{st:?}");
+    }
+
+    #[test]
+    fn the_gate_switches_off_drafting_the_control_misjudges() {
+        // A control told to draft even at a 50% loss (its estimates are wrong, as served β at several slots
+        // was): the pack predicts t → t + 1, the target agrees every other step, verify costs as much per
+        // token as a plain step. Drafting then yields 1.5 tokens per two steps' time; the gate measures it.
+        let entries = (0..10).map(|t| lit(&[t], ((t + 1) % 10) as u32, 5)).collect();
+        let cfg = DrafterConfig { use_context: false, min_gain: -0.5, probe_every: 1, ..DrafterConfig::default() };
+        let mut d = Drafter::new(Some(index(entries)), cfg);
+        d.begin(0, &[0]);
+        let mut sim = Sim { toks: vec![0], last: 1, now: 0, out: Vec::new() };
+        let mut flip = false;
+        for _ in 0..2000 {
+            flip = !flip;
+            let step = if flip { 1 } else { 2 };
+            sim.step(&mut d, |t| (t + step) % 10, |m| 10 * m as u64);
+        }
+        let st = d.global_stats();
+        let gate = d.gate().unwrap();
+        assert!(gate.rates()[1].unwrap() > gate.rates()[0].unwrap(), "{:?}", gate.rates());
+        assert!(gate.ran[1] > 3 * gate.ran[0], "mostly off: {:?}", gate.ran);
+        assert!(st.steps_gated > st.calls / 2, "{st:?}");
+        assert!(gate.ran[0] >= 2, "and re-measured now and then: {:?}", gate.ran);
     }
 }

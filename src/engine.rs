@@ -342,7 +342,7 @@ impl Engine {
     pub fn summary(&self) -> String {
         let s = self.drafter.global_stats();
         format!(
-            "{} calls, {} drafts, {} drafted, {} accepted ({:.1}%), pack hits {} literal + {} shape, context hits {}, model hits {}, model probes {}, steps off {}, alpha {:.2}, beta(2..5) {:.2} {:.2} {:.2} {:.2}{}",
+            "{} calls, {} drafts, {} drafted, {} accepted ({:.1}%), pack hits {} literal + {} shape, context hits {}, model hits {}, model probes {}, steps off {}, gate {}, alpha {:.2}, beta(2..5) {:.2} {:.2} {:.2} {:.2}{}",
             s.calls,
             s.drafts,
             s.tokens_drafted,
@@ -354,6 +354,7 @@ impl Engine {
             s.model_hits,
             s.model_probes,
             s.steps_off,
+            gate_line(self.drafter.gate()),
             s.alpha,
             s.beta[1],
             s.beta[2],
@@ -362,6 +363,14 @@ impl Engine {
             self.drafter.source_summary().map_or(String::new(), |m| format!("; {m}"))
         )
     }
+}
+
+/// "on 40 / off 9 windows (62.1 / 55.0 tok/s)": how the measured gate ran.
+fn gate_line(g: Option<&crate::draft::gate::Gate>) -> String {
+    let Some(g) = g else { return "none".into() };
+    let rate = |r: Option<f64>| r.map_or("?".into(), |r| format!("{r:.1}"));
+    let [on, off] = g.rates();
+    format!("on {} / off {} windows ({} / {} tok/s)", g.ran[0], g.ran[1], rate(on), rate(off))
 }
 
 impl Drop for Engine {

@@ -2,6 +2,7 @@
 
 use super::class::{DEFAULT_PRIOR, N_CLASSES};
 use super::control::{DEFAULT_BETA_PRIOR, INVARIANT_DRAFT};
+use super::gate::GateConfig;
 use crate::index::{Hit, Index};
 
 /// Tuning of the drafter; `Default` is what the plugin uses.
@@ -61,6 +62,8 @@ pub struct DrafterConfig {
     pub adaptive: bool,
     /// Fall back to the request's own n-grams when the pack has nothing.
     pub use_context: bool,
+    /// The measured on/off gate over the control (used while `adaptive`; None: the control alone decides).
+    pub gate: Option<GateConfig>,
 }
 
 impl DrafterConfig {
@@ -97,6 +100,7 @@ impl Default for DrafterConfig {
             shared_min_gain: 0.25,
             adaptive: true,
             use_context: true,
+            gate: Some(GateConfig::default()),
         }
     }
 }

@@ -21,6 +21,8 @@ pub struct Stats {
     pub model_probes: u64,
     /// Calls where the control judged drafting not worth it.
     pub steps_off: u64,
+    /// Calls in the gate's windows without drafting (see [`super::gate`]).
+    pub steps_gated: u64,
     /// Drafts made while off, to re-measure acceptance.
     pub probes: u64,
     pub misses_recorded: u64,
@@ -45,6 +47,7 @@ impl Stats {
         self.model_hits += o.model_hits;
         self.model_probes += o.model_probes;
         self.steps_off += o.steps_off;
+        self.steps_gated += o.steps_gated;
         self.probes += o.probes;
         self.misses_recorded += o.misses_recorded;
         self.misses_dropped += o.misses_dropped;
