@@ -39,7 +39,9 @@ fn main() {
 
     // Builds for another target dir (cargo fuzz, sanitizers: `<target>/<triple>/...`) may point at the
     // normal build's tree instead of building llama.cpp a second time.
-    let build = env::var_os("KOLM_LLAMA_BUILD_DIR").map(PathBuf::from).unwrap_or_else(|| target_dir(&out).join("llama.cpp"));
+    // A GPU backend gets a tree of its own, so switching features does not rebuild the CPU one.
+    let tree = if env::var_os("CARGO_FEATURE_VULKAN").is_some() { "llama.cpp-vulkan" } else { "llama.cpp" };
+    let build = env::var_os("KOLM_LLAMA_BUILD_DIR").map(PathBuf::from).unwrap_or_else(|| target_dir(&out).join(tree));
     cmake_build(&src, &build);
     let bin = build.join("bin");
 
@@ -264,6 +266,7 @@ fn cmake_build(src: &Path, build: &Path) {
     ]);
     cfg.arg(format!("-DGGML_CUDA={}", on(env::var_os("CARGO_FEATURE_CUDA").is_some())));
     cfg.arg(format!("-DGGML_METAL={}", on(env::var_os("CARGO_FEATURE_METAL").is_some())));
+    cfg.arg(format!("-DGGML_VULKAN={}", on(env::var_os("CARGO_FEATURE_VULKAN").is_some())));
     if which("ccache") {
         cfg.args(["-DCMAKE_C_COMPILER_LAUNCHER=ccache", "-DCMAKE_CXX_COMPILER_LAUNCHER=ccache"]);
     }

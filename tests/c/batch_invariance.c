@@ -12,6 +12,8 @@
 //     -fa on|off|auto  flash attention (default off)
 //     -t T           threads (single and batch, default 2)
 //     -c N_CTX       context size (default 1024)
+//     -ngl N         layers offloaded to a GPU backend (default 0: all on the CPU; 99 for all, e.g. on
+//                    ggml-vulkan with GGML_VK_VISIBLE_DEVICES naming the device)
 //     -bmin B -bmax B  batch sizes to test (default 2..16)
 //     --mode M       plain  : decode the same tokens in batches of b, all logits on
 //                    reject : each batch = k correct tokens + wrong draft tokens; the wrong
@@ -68,6 +70,7 @@ struct opts {
     int  fa;        // -1 auto, 0 off, 1 on
     int  n_threads;
     int  n_ctx;
+    int  n_gpu_layers;
     int  bmin, bmax;
     bool do_plain, do_reject, do_multi;
     bool kv_unified;
@@ -277,6 +280,7 @@ int main(int argc, char ** argv) {
         else if (!strcmp(a, "-fa") && v) { o->fa = !strcmp(v, "on") ? 1 : !strcmp(v, "off") ? 0 : -1; i++; }
         else if (!strcmp(a, "-t") && v) { o->n_threads = atoi(v); i++; }
         else if (!strcmp(a, "-c") && v) { o->n_ctx = atoi(v); i++; }
+        else if (!strcmp(a, "-ngl") && v) { o->n_gpu_layers = atoi(v); i++; }
         else if (!strcmp(a, "-bmin") && v) { o->bmin = atoi(v); i++; }
         else if (!strcmp(a, "-bmax") && v) { o->bmax = atoi(v); i++; }
         else if (!strcmp(a, "--mode") && v) { mode = v; i++; }
@@ -296,7 +300,7 @@ int main(int argc, char ** argv) {
     llama_backend_init();
 
     struct llama_model_params mp = llama_model_default_params();
-    mp.n_gpu_layers = 0;
+    mp.n_gpu_layers = o->n_gpu_layers;
     g_model = llama_model_load_from_file(o->model_path, mp);
     if (!g_model) { fprintf(stderr, "failed to load %s\n", o->model_path); return 2; }
     g_vocab   = llama_model_get_vocab(g_model);
