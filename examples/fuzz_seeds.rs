@@ -29,12 +29,13 @@ fn main() {
     let corpus = PathBuf::from(std::env::args().nth(1).unwrap_or_else(|| "fuzz/corpus".into()));
     llama::quiet_logs();
     let path = kolm_rsd::fetch::model(kolm_rsd::fetch::DEFAULT_MODEL, false).expect("SmolLM2 (kolm-rsd model fetch)");
-    let pack = pack_beside(&path);
+    // KOLM_FUZZ_PACK, as for the targets themselves: another real pack than the demo's.
+    let pack = std::env::var_os("KOLM_FUZZ_PACK").map(PathBuf::from).unwrap_or_else(|| pack_beside(&path));
     let m = Model::load(&path, &ModelOptions { n_gpu_layers: 0 }).unwrap();
     let texts = token_texts(&m);
 
     let pack_bytes = std::fs::read(&pack).unwrap_or_else(|e| panic!("{} (kolm-rsd demo compiles it): {e}", pack.display()));
-    write(&corpus.join("pack"), "demo.recipes.json", &pack_bytes);
+    write(&corpus.join("pack"), "seed.recipes.json", &pack_bytes);
 
     // Real answers: the model's greedy continuations of a few JSON-extraction prompts.
     let prompts = kolm_rsd::workload::load("json-extraction").unwrap();
