@@ -93,6 +93,18 @@ fn prediction_drafts_from_the_predicted_answer_and_leaves_the_output_unchanged()
 }
 
 #[test]
+fn a_plugin_without_the_prediction_symbols_still_loads_and_serves_predictions() {
+    let _one = common::one_at_a_time();
+    let dir = common::scratch("server-prediction-old-plugin");
+    let mut opts = ServerOptions::new(&common::smol(), &dir.join("plugin.log"));
+    opts.plugin = Some(common::fake_plugin(&dir, "required_only", None));
+    let spec = Server::start(&opts).unwrap();
+    let c = chat(&spec, USERS[1], prediction(json!("{\"name\": \"Tom\", \"age\": 3}")));
+    assert!(c.predicted_n > 0, "{c:?}");
+    assert_eq!(c.prediction_tokens, Some((0, 0)), "nothing was handed over, nothing counted");
+}
+
+#[test]
 fn a_malformed_prediction_is_refused_with_400() {
     let _one = common::one_at_a_time();
     let path = common::smol();
