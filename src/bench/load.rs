@@ -73,6 +73,9 @@ pub struct LoadOptions {
     pub threads: Option<u32>,
     pub out: PathBuf,
     pub request_timeout: Duration,
+    /// Rounds over the configurations at each slot count, every other one in reverse order, so that a
+    /// machine's drift over minutes falls on every configuration alike; the rows pool the rounds.
+    pub repeat: usize,
 }
 
 /// One configuration at one slot count.
@@ -145,7 +148,7 @@ pub fn run(structured: &[String], prose: &[String], o: &LoadOptions, obs: &dyn O
     std::fs::create_dir_all(&o.out).map_err(|e| ServerError::Start(format!("{}: {e}", o.out.display())))?;
     let requests = plan(structured, prose, o);
     let limits = Limits { clients: o.clients, deadline: Duration::from_secs(24 * 3600), request_timeout: o.request_timeout };
-    obs.add_total((1 + o.slots.len() * o.configs.len()) as u64);
+    obs.add_total((1 + o.slots.len() * o.configs.len() * o.repeat.max(1)) as u64);
 
     let alone_server = Server::start(&server_options(o, LoadConfig::Plain, 1))?;
     let alone = served::alone(&alone_server, &requests, o.request_timeout);
@@ -154,62 +157,86 @@ pub fn run(structured: &[String], prose: &[String], o: &LoadOptions, obs: &dyn O
 
     let mut rows = Vec::new();
     for &slots in &o.slots {
-        let mut base = None;
-        for &c in &o.configs {
-            let opts = server_options(o, c, slots);
-            let mut server = Server::start(&opts)?;
-            let mut side = Side::serve(c.name(), &mut server, &requests, limits);
-            server.stop();
-            side.summary = plugin_summary(&opts.log);
-            let row = row(&side, &requests, &alone, slots, c, *base.get_or_insert(side.tok_per_s()));
-            obs.step(&format!("-np {slots} {}: {:.1} tok/s ({:.2}×)", c.name(), row.tok_per_s, row.speedup));
-            rows.push(row);
+        let mut sides: Vec<Vec<Side>> = o.configs.iter().map(|_| Vec::new()).collect();
+        for round in 0..o.repeat.max(1) {
+            let mut order: Vec<usize> = (0..o.configs.len()).collect();
+            if round % 2 == 1 {
+                order.reverse();
+            }
+            for i in order {
+                let c = o.configs[i];
+                let opts = server_options(o, c, slots);
+                let mut server = Server::start(&opts)?;
+                let mut side = Side::serve(c.name(), &mut server, &requests, limits);
+                server.stop();
+                side.summary = plugin_summary(&opts.log);
+                obs.step(&format!("-np {slots} {} round {}: {:.1} tok/s", c.name(), round + 1, side.tok_per_s()));
+                sides[i].push(side);
+            }
+        }
+        let base = pooled_rate(&sides[0]);
+        for (c, s) in o.configs.iter().zip(&sides) {
+            rows.push(row(s, &requests, &alone, slots, *c, base));
         }
     }
     Ok(rows)
 }
 
-fn row(side: &Side, requests: &[Request], alone: &std::collections::HashMap<served::Key, String>, slots: u32, c: LoadConfig, base: f64) -> LoadRow {
-    let (identical, differ) = side.identity(requests, alone);
-    let count = |f: fn(&Outcome) -> bool| side.records.iter().filter(|r| f(&r.outcome)).count();
+/// Tokens of completed answers per second over several runs of the stream.
+fn pooled_rate(sides: &[Side]) -> f64 {
+    let tokens: u64 = sides.iter().flat_map(|s| &s.records).map(|r| if let Outcome::Done { tokens, .. } = r.outcome { tokens } else { 0 }).sum();
+    tokens as f64 / sides.iter().map(|s| s.wall).sum::<f64>().max(1e-9)
+}
+
+/// One configuration's row from its runs (rounds) at one slot count.
+fn row(sides: &[Side], requests: &[Request], alone: &std::collections::HashMap<served::Key, String>, slots: u32, c: LoadConfig, base: f64) -> LoadRow {
+    let records = || sides.iter().flat_map(|s| &s.records);
+    let (mut identical, mut compared) = (0, 0);
+    for s in sides {
+        let (same, differ) = s.identity(requests, alone);
+        identical += same;
+        compared += same + differ.len();
+    }
+    let count = |f: fn(&Outcome) -> bool| records().filter(|r| f(&r.outcome)).count();
     let (mut tokens, mut drafted, mut accepted) = (0, 0, 0);
-    for r in &side.records {
+    for r in records() {
         if let Outcome::Done { tokens: t, draft_n, draft_accepted, .. } = r.outcome {
             tokens += t;
             drafted += draft_n;
             accepted += draft_accepted;
         }
     }
-    let lat = side.latencies(requests);
+    let lat: Vec<f64> = sides.iter().flat_map(|s| s.latencies(requests)).collect();
     let mut labels: Vec<&str> = requests.iter().map(|r| r.label.as_str()).collect();
     labels.sort();
     labels.dedup();
     let p50_by_label = labels
         .into_iter()
         .map(|l| {
-            let xs: Vec<f64> = side.records.iter().filter(|r| requests[r.request].label == l && matches!(r.outcome, Outcome::Done { .. })).map(|r| r.secs).collect();
+            let xs: Vec<f64> = records().filter(|r| requests[r.request].label == l && matches!(r.outcome, Outcome::Done { .. })).map(|r| r.secs).collect();
             (l.to_string(), crate::load::quantile(&xs, 0.5))
         })
         .collect();
+    let rate = pooled_rate(sides);
     LoadRow {
         slots,
         config: c.name(),
-        sent: side.records.len(),
+        sent: records().count(),
         done: count(|o| matches!(o, Outcome::Done { .. })),
         failed: count(|o| matches!(o, Outcome::Failed(_) | Outcome::Refused { .. })),
         identical,
-        compared: identical + differ.len(),
+        compared,
         tokens,
-        wall_s: side.wall,
-        tok_per_s: side.tok_per_s(),
-        speedup: side.tok_per_s() / base.max(1e-9),
+        wall_s: sides.iter().map(|s| s.wall).sum(),
+        tok_per_s: rate,
+        speedup: rate / base.max(1e-9),
         p50_s: crate::load::quantile(&lat, 0.5),
         p99_s: crate::load::quantile(&lat, 0.99),
         p50_by_label,
         drafted,
         accepted,
-        healthy: side.healthy,
-        summary: side.summary.clone(),
+        healthy: sides.iter().all(|s| s.healthy),
+        summary: sides.iter().map(|s| s.summary.as_str()).filter(|s| !s.is_empty()).collect::<Vec<_>>().join(" | "),
     }
 }
 
@@ -218,9 +245,10 @@ pub fn markdown(rows: &[LoadRow], o: &LoadOptions) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "{} clients × {} requests (structured and prose in turn, a quarter streamed), `n_predict` {}, {} KV cells a slot, model `{}`, pack `{}`\n",
+        "{} clients × {} requests (structured and prose in turn, a quarter streamed), {} round(s) per configuration, `n_predict` {}, {} KV cells a slot, model `{}`, pack `{}`\n",
         o.clients,
         o.per_client,
+        o.repeat.max(1),
         o.n_predict,
         o.slot_ctx,
         file_name(&o.model),
@@ -274,6 +302,7 @@ mod tests {
             threads: None,
             out: "out".into(),
             request_timeout: Duration::from_secs(60),
+            repeat: 1,
         }
     }
 

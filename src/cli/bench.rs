@@ -40,7 +40,8 @@ pub struct BenchArgs {
     /// Threads of every server and of the β measurement (default: all cores).
     #[arg(long)]
     threads: Option<u32>,
-    /// Passes over the prompts.
+    /// Passes over the prompts (with --load: rounds over the configurations at each slot count, every other one
+    /// in reverse order; the rows pool them).
     #[arg(long)]
     repeat: Option<usize>,
     /// Teacher samples per training prompt (pack and lookup caches).
@@ -213,6 +214,7 @@ fn run_load(a: BenchArgs) -> Result<i32, Box<dyn std::error::Error>> {
         threads: a.threads.or_else(bench::default_threads),
         out: a.out.clone(),
         request_timeout: Duration::from_secs(1800),
+        repeat: a.repeat.unwrap_or(1).max(1),
     };
     if o.slots.contains(&0) {
         return Err("--slots: a slot count must be at least 1".into());

@@ -4,16 +4,21 @@
 //! control drafted at 61% acceptance and ran at 0.86× of the same server drafting nothing. So the drafter
 //! also measures what it is for: tokens produced per second over all sequences, in windows of steps
 //! alternating between the control drafting as it sees fit ("on") and not drafting at all ("off"). The
-//! faster arm runs; the other is re-measured one window in [`GateConfig::explore_every`]. A window with a
-//! pause in it (no request, a long prompt) is thrown away rather than counted.
+//! faster arm runs; the other is re-measured now and then: after [`GateConfig::explore_every`] windows at
+//! first, then after twice as many each time the re-measurement confirms the choice (up to
+//! [`GateConfig::explore_max`]), back to the shortest interval when it overturns it. A steady choice so pays
+//! for its check about one window in `explore_max`, not one in `explore_every`. A window with a pause in it
+//! (no request, a long prompt) is thrown away rather than counted.
 
 /// Tuning of the gate.
 #[derive(Clone, Debug)]
 pub struct GateConfig {
     /// `propose` calls (over all sequences) per window.
     pub window: u32,
-    /// One window in this many measures the arm that is not running.
+    /// Windows between re-measurements of the arm that is not running, at first and after a flip.
     pub explore_every: u32,
+    /// The longest interval between re-measurements, reached by doubling while they confirm the choice.
+    pub explore_max: u32,
     /// Weight of the newest window in an arm's rate.
     pub weight: f64,
     /// A gap between calls longer than this (ns) voids the window: the server was idle or busy elsewhere.
@@ -25,7 +30,7 @@ pub struct GateConfig {
 
 impl Default for GateConfig {
     fn default() -> Self {
-        GateConfig { window: 48, explore_every: 8, weight: 0.3, idle_ns: 400_000_000, margin: 0.02 }
+        GateConfig { window: 48, explore_every: 8, explore_max: 32, weight: 0.3, idle_ns: 400_000_000, margin: 0.02 }
     }
 }
 
@@ -43,7 +48,11 @@ pub struct Gate {
     arm: Arm,
     /// Tokens per second, decayed over windows: [on, off].
     rate: [Option<f64>; 2],
-    windows: u64,
+    /// Windows of the best arm since the other was last measured, and the current interval.
+    since_explore: u32,
+    explore_every: u32,
+    /// The arm the last full window chose as the best.
+    best: Option<Arm>,
     start_ns: Option<u64>,
     last_ns: u64,
     calls: u32,
@@ -55,7 +64,8 @@ pub struct Gate {
 
 impl Gate {
     pub fn new(cfg: GateConfig) -> Gate {
-        Gate { cfg, arm: Arm::On, rate: [None, None], windows: 0, start_ns: None, last_ns: 0, calls: 0, tokens: 0, ran: [0, 0], voided: 0 }
+        let explore_every = cfg.explore_every.max(1);
+        Gate { cfg, arm: Arm::On, rate: [None, None], since_explore: 0, explore_every, best: None, start_ns: None, last_ns: 0, calls: 0, tokens: 0, ran: [0, 0], voided: 0 }
     }
 
     /// Whether the current window drafts.
@@ -93,7 +103,6 @@ impl Gate {
             self.rate[i] = Some(self.rate[i].map_or(r, |old| old + self.cfg.weight * (r - old)));
             self.ran[i] += 1;
         }
-        self.windows += 1;
         self.arm = self.next_arm();
         self.restart(now_ns);
     }
@@ -112,15 +121,33 @@ impl Gate {
         self.tokens = 0;
     }
 
-    /// The faster arm, except every `explore_every`-th window (and until both are measured): the other.
-    fn next_arm(&self) -> Arm {
+    /// The interval between re-measurements of the other arm now.
+    pub fn explore_every(&self) -> u32 {
+        self.explore_every
+    }
+
+    /// After a window: the faster arm, or the other when it is due to be re-measured (and until both are
+    /// measured). A re-measurement that leaves the choice as it was doubles the interval; one that
+    /// overturns it resets the interval.
+    fn next_arm(&mut self) -> Arm {
         let best = match self.rate {
             [Some(on), Some(off)] if on >= off * (1.0 + self.cfg.margin) => Arm::On,
             [Some(_), Some(_)] => Arm::Off,
             [None, _] => return Arm::On,
             [_, None] => return Arm::Off,
         };
-        if self.windows.is_multiple_of(u64::from(self.cfg.explore_every.max(1))) {
+        let explored = self.best.is_some_and(|b| self.arm != b);
+        if explored {
+            self.explore_every = if self.best == Some(best) {
+                (self.explore_every * 2).min(self.cfg.explore_max.max(self.cfg.explore_every).max(1))
+            } else {
+                self.cfg.explore_every.max(1)
+            };
+        }
+        self.best = Some(best);
+        self.since_explore += 1;
+        if self.since_explore >= self.explore_every {
+            self.since_explore = 0;
             match best {
                 Arm::On => Arm::Off,
                 Arm::Off => Arm::On,
@@ -135,45 +162,63 @@ impl Gate {
 mod tests {
     use super::*;
 
-    /// Runs `windows` windows of a server where one step takes `step_ns` and yields `on_tokens` tokens per
-    /// call when drafting, 1 when not; returns the windows each arm ran.
-    fn simulate(on_tokens: f64, on_step_ns: u64, off_step_ns: u64, windows: usize) -> [u64; 2] {
-        let cfg = GateConfig { window: 10, explore_every: 5, ..GateConfig::default() };
+    /// Runs `windows` windows of a server where one step takes `step_ns` and yields `on_tokens(window)` tokens
+    /// per call when drafting, 1 when not; returns the gate.
+    fn simulate(on_tokens: impl Fn(usize) -> f64, on_step_ns: u64, off_step_ns: u64, windows: usize) -> Gate {
+        let cfg = GateConfig { window: 10, explore_every: 4, explore_max: 32, ..GateConfig::default() };
         let mut g = Gate::new(cfg);
         let mut now = 0u64;
         let mut carry = 0.0;
-        for _ in 0..windows * 10 + 1 {
+        for call in 0..windows * 10 + 1 {
             let drafting = g.arm() == Arm::On;
             now += if drafting { on_step_ns } else { off_step_ns };
             g.call(now);
             if drafting {
-                carry += on_tokens - 1.0;
+                carry += on_tokens(call / 10) - 1.0;
                 let whole = carry.floor();
                 carry -= whole;
                 g.accepted(whole as usize);
             }
         }
-        g.ran
+        g
     }
 
     #[test]
     fn drafting_that_pays_runs_most_windows() {
         // Drafting: 2.5 tokens a step at 1.5× the step time: 1.67× faster.
-        let ran = simulate(2.5, 15_000_000, 10_000_000, 100);
-        assert!(ran[0] > 70 && ran[1] >= 10, "{ran:?}");
+        let g = simulate(|_| 2.5, 15_000_000, 10_000_000, 200);
+        assert!(g.ran[0] > 180 && g.ran[1] >= 3, "{:?}", g.ran);
     }
 
     #[test]
     fn drafting_that_loses_is_switched_off() {
         // Drafting: 1.3 tokens a step at 1.5× the step time: 0.87× — off, re-measured now and then.
-        let ran = simulate(1.3, 15_000_000, 10_000_000, 100);
-        assert!(ran[1] > 70 && ran[0] >= 10, "{ran:?}");
+        let g = simulate(|_| 1.3, 15_000_000, 10_000_000, 200);
+        assert!(g.ran[1] > 180 && g.ran[0] >= 3, "{:?}", g.ran);
+    }
+
+    #[test]
+    fn a_steady_choice_is_checked_ever_more_rarely() {
+        let g = simulate(|_| 1.3, 15_000_000, 10_000_000, 400);
+        assert_eq!(g.explore_every(), 32, "confirmed again and again: the longest interval");
+        // 4 + 8 + 16 + 32 + 32 … windows between checks: far fewer than one in four.
+        assert!(g.ran[0] <= 20, "{:?}", g.ran);
+    }
+
+    #[test]
+    fn a_change_of_workload_is_found_and_checks_become_frequent_again() {
+        // Drafting loses for 200 windows, then pays (the traffic changed): the gate turns drafting on within
+        // about one long interval, and the overturned choice resets the interval.
+        let g = simulate(|w| if w < 200 { 1.3 } else { 2.5 }, 15_000_000, 10_000_000, 300);
+        assert!(g.ran[0] > 50, "{:?}", g.ran);
+        let [on, off] = g.rates();
+        assert!(on.unwrap() > off.unwrap(), "{:?}", g.rates());
     }
 
     #[test]
     fn a_tie_goes_to_not_drafting() {
-        let ran = simulate(1.5, 15_000_000, 10_000_000, 100);
-        assert!(ran[1] > ran[0], "{ran:?}");
+        let g = simulate(|_| 1.5, 15_000_000, 10_000_000, 100);
+        assert!(g.ran[1] > g.ran[0], "{:?}", g.ran);
     }
 
     #[test]
