@@ -240,6 +240,29 @@ void llama_spec_plugin_begin(void *plugin_ptr,
                              int32_t n_prompt);
 
 /*
+ Optional symbol (docs/plugin-abi.md): the request just begun on `seq_id` comes with a predicted output.
+
+ # Safety
+ `plugin` came from init; `tokens` is NULL with `n_tokens` ≤ 0, or holds `n_tokens` ids.
+ */
+void llama_spec_plugin_predict(void *plugin_ptr,
+                               int32_t seq_id,
+                               const int32_t *tokens,
+                               int32_t n_tokens);
+
+/*
+ Optional symbol (docs/plugin-abi.md): predicted tokens of the current request on `seq_id` that the target
+ kept and discarded in drafts. 0 on success, -1 on error (last_error says why; nothing written).
+
+ # Safety
+ `plugin` came from init; `n_accepted` and `n_rejected` point to writable `int64_t`s.
+ */
+int32_t llama_spec_plugin_prediction_counts(void *plugin_ptr,
+                                            int32_t seq_id,
+                                            int64_t *n_accepted,
+                                            int64_t *n_rejected);
+
+/*
  # Safety
  `plugin` came from init; `tokens` holds `n_tokens` ids; `out` has room for `n_max` ids.
  */

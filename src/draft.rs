@@ -11,7 +11,8 @@
 //! the evidence of each), `control` (break-even: β, acceptance, the best length), `step` (which sequences
 //! share the server's decode call), `gate` (whether drafting pays at all, measured), `miss` (positions the
 //! next compile could learn); evidence comes from `context` (the request's copies), `enumeration` and
-//! `syntax` (the prompt's lists, the answer's places) and `model` (a draft model).
+//! `syntax` (the prompt's lists, the answer's places), `prediction` (the request's predicted output) and
+//! `model` (a draft model).
 
 mod chain;
 pub mod class;
@@ -22,6 +23,7 @@ pub mod enumeration;
 pub mod gate;
 mod miss;
 pub mod model;
+mod prediction;
 mod seq;
 pub mod stats;
 mod step;
@@ -144,6 +146,21 @@ impl Drafter {
         };
         s.restart(prompt, self.texts.as_ref());
         self.rounds.record(seq, 1, 1.0);
+    }
+
+    /// The request just begun on `seq` comes with a predicted output (`tokens`): copies of it are drafted
+    /// like copies of the request's own text. Replaces an earlier prediction of the same request.
+    pub fn predict(&mut self, seq: usize, tokens: &[i32]) {
+        let Some(s) = self.seqs.get_mut(seq) else {
+            return;
+        };
+        let prompt = &s.ctx.tokens()[..s.answer.start().min(s.ctx.tokens().len())];
+        s.pred.set(&s.ctx, prompt, tokens);
+    }
+
+    /// Predicted tokens of the current request on `seq` that the target kept and discarded in drafts.
+    pub fn prediction_counts(&self, seq: usize) -> Option<(u64, u64)> {
+        self.seqs.get(seq).map(|s| (s.pred.accepted, s.pred.rejected))
     }
 
     /// Proposes up to `n_max` tokens to follow `tokens` + `id_last` into `out`; returns how many.
@@ -297,6 +314,11 @@ impl Drafter {
         let g = s.draft.len();
         let n = n_accepted.min(g);
         s.stats.tokens_accepted += n as u64;
+        if s.chain_predicted != 0 {
+            let (kept, discarded) = s.pred.observe(s.chain_predicted, g, n);
+            s.stats.prediction_accepted += kept;
+            s.stats.prediction_rejected += discarded;
+        }
         if let Some(g) = &mut self.gate {
             g.accepted(n);
         }
@@ -501,6 +523,25 @@ mod tests {
             0,
             "unknown sequence: nothing, no panic"
         );
+    }
+
+    #[test]
+    fn a_prediction_is_copied_from_the_first_step_and_counted() {
+        let mut d = Drafter::new(None, DrafterConfig { adaptive: false, use_context: false, ..DrafterConfig::default() });
+        let prompt = [1, 2, 3];
+        d.begin(0, &prompt);
+        d.predict(0, &[10, 11, 12, 13, 14]);
+        let mut out = Vec::new();
+        // The target's first token is the prediction's: the rest of it is drafted (context=0 or not).
+        assert_eq!(d.propose(0, &prompt, 10, 15, 0, &mut out), 4);
+        assert_eq!(out, [11, 12, 13, 14]);
+        d.accept(0, 2); // the target keeps 11 12, then says 20
+        assert_eq!(d.prediction_counts(0), Some((2, 2)));
+        assert_eq!((d.global_stats().prediction_accepted, d.global_stats().prediction_rejected), (2, 2));
+        // A new request forgets the prediction and its counts.
+        d.begin(0, &prompt);
+        assert_eq!(d.prediction_counts(0), Some((0, 0)));
+        assert_eq!(d.propose(0, &prompt, 10, 15, 1, &mut out), 0);
     }
 
     /// A machine where verification is dear (this CPU before patch 0005: the second token costs 0.6 steps, every

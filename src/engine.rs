@@ -278,6 +278,16 @@ impl Engine {
         self.drafter.begin(seq, prompt);
     }
 
+    /// The request begun on `seq` comes with a predicted output (OpenAI `prediction`), a source of copies.
+    pub fn predict(&mut self, seq: usize, tokens: &[Token]) {
+        self.drafter.predict(seq, tokens);
+    }
+
+    /// Predicted tokens of the current request on `seq` that verification kept and discarded.
+    pub fn prediction_counts(&self, seq: usize) -> (u64, u64) {
+        self.drafter.prediction_counts(seq).unwrap_or_default()
+    }
+
     pub fn propose(&mut self, seq: usize, tokens: &[Token], id_last: Token, n_max: usize, out: &mut Vec<Token>) -> usize {
         let now = self.clock.elapsed().as_nanos() as u64;
         let n = self.drafter.propose(seq, tokens, id_last, n_max, now, out);
@@ -342,7 +352,7 @@ impl Engine {
     pub fn summary(&self) -> String {
         let s = self.drafter.global_stats();
         format!(
-            "{} calls, {} drafts, {} drafted, {} accepted ({:.1}%), pack hits {} literal + {} shape, context hits {}, model hits {}, model probes {}, steps off {}, gate {}, alpha {:.2}, beta(2..5) {:.2} {:.2} {:.2} {:.2}{}",
+            "{} calls, {} drafts, {} drafted, {} accepted ({:.1}%), pack hits {} literal + {} shape, context hits {}, prediction {} accepted + {} rejected, model hits {}, model probes {}, steps off {}, gate {}, alpha {:.2}, beta(2..5) {:.2} {:.2} {:.2} {:.2}{}",
             s.calls,
             s.drafts,
             s.tokens_drafted,
@@ -351,6 +361,8 @@ impl Engine {
             s.literal_hits,
             s.shape_hits,
             s.context_hits,
+            s.prediction_accepted,
+            s.prediction_rejected,
             s.model_hits,
             s.model_probes,
             s.steps_off,

@@ -63,7 +63,30 @@ pub struct Completion {
     pub predicted_ms: f64,
     pub draft_n: u64,
     pub draft_n_accepted: u64,
+    /// (accepted, rejected) predicted tokens from `completion_tokens_details`: present when the request
+    /// carried a `prediction` (patch 0009).
+    pub prediction_tokens: Option<(u64, u64)>,
     pub wall: Duration,
+}
+
+impl Completion {
+    /// Reads a `/completion` or `/v1/chat/completions` response.
+    fn from_json(v: &Value, wall: Duration) -> Completion {
+        let t = &v["timings"];
+        let content = v["content"].as_str().or_else(|| v["choices"][0]["message"]["content"].as_str());
+        let details = v["usage"].get("completion_tokens_details").or_else(|| v.get("completion_tokens_details"));
+        let count = |d: &Value, k: &str| d[k].as_u64().unwrap_or(0);
+        Completion {
+            content: content.unwrap_or_default().to_string(),
+            predicted_n: t["predicted_n"].as_u64().unwrap_or(0),
+            predicted_per_second: t["predicted_per_second"].as_f64().unwrap_or(0.0),
+            predicted_ms: t["predicted_ms"].as_f64().unwrap_or(0.0),
+            draft_n: t["draft_n"].as_u64().unwrap_or(0),
+            draft_n_accepted: t["draft_n_accepted"].as_u64().unwrap_or(0),
+            prediction_tokens: details.map(|d| (count(d, "accepted_prediction_tokens"), count(d, "rejected_prediction_tokens"))),
+            wall,
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -212,22 +235,42 @@ impl Server {
 
     /// A completion with explicit request fields (sampling tests, ...).
     pub fn request(&self, body: Value) -> Result<Completion, ServerError> {
+        self.send("/completion", body)
+    }
+
+    /// A greedy OpenAI-style chat completion of one user message (`/v1/chat/completions`, the server applies
+    /// the chat template), with `extra` fields merged into the request, e.g. `{"prediction": {...}}`.
+    pub fn chat(&self, user: &str, n_predict: u32, extra: Value) -> Result<Completion, ServerError> {
+        let mut body = json!({
+            "messages": [{"role": "user", "content": user}],
+            "max_tokens": n_predict,
+            "temperature": 0.0,
+            "seed": 0,
+            "cache_prompt": false,
+        });
+        if let (Some(b), Some(e)) = (body.as_object_mut(), extra.as_object()) {
+            b.extend(e.iter().map(|(k, v)| (k.clone(), v.clone())));
+        }
+        self.send("/v1/chat/completions", body)
+    }
+
+    fn send(&self, path: &str, body: Value) -> Result<Completion, ServerError> {
         let t0 = Instant::now();
-        let resp = ureq::post(&self.url("/completion"))
-            .timeout(Duration::from_secs(600))
-            .send_json(body)
-            .map_err(|e| ServerError::Http(format!("{e}\n{}", self.log_tail())))?;
-        let v: Value = resp.into_json().map_err(|e| ServerError::Http(e.to_string()))?;
-        let t = &v["timings"];
-        Ok(Completion {
-            content: v["content"].as_str().unwrap_or_default().to_string(),
-            predicted_n: t["predicted_n"].as_u64().unwrap_or(0),
-            predicted_per_second: t["predicted_per_second"].as_f64().unwrap_or(0.0),
-            predicted_ms: t["predicted_ms"].as_f64().unwrap_or(0.0),
-            draft_n: t["draft_n"].as_u64().unwrap_or(0),
-            draft_n_accepted: t["draft_n_accepted"].as_u64().unwrap_or(0),
-            wall: t0.elapsed(),
-        })
+        match self.post(path, body)? {
+            (200, v) => Ok(Completion::from_json(&v, t0.elapsed())),
+            (status, v) => Err(ServerError::Http(format!("status {status}: {v}\n{}", self.log_tail()))),
+        }
+    }
+
+    /// POSTs `body` to `path` and returns the status and the JSON body, errors (4xx, 5xx) included.
+    pub fn post(&self, path: &str, body: Value) -> Result<(u16, Value), ServerError> {
+        let resp = match ureq::post(&self.url(path)).timeout(Duration::from_secs(600)).send_json(body) {
+            Ok(r) | Err(ureq::Error::Status(_, r)) => r,
+            Err(e) => return Err(ServerError::Http(format!("{e}\n{}", self.log_tail()))),
+        };
+        let status = resp.status();
+        let v = resp.into_json().map_err(|e| ServerError::Http(e.to_string()))?;
+        Ok((status, v))
     }
 }
 

@@ -16,22 +16,8 @@ fn start_error(plugin: &Path, arg: Option<&str>, log: &Path) -> String {
     }
 }
 
-/// Builds tests/c/fake_plugin.c with the given defines into a .so.
 fn fake(dir: &Path, name: &str, define: &str) -> std::path::PathBuf {
-    let out = dir.join(format!("{name}.so"));
-    let src = dir.join(format!("{name}.c"));
-    let body = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/c/fake_plugin.c")).unwrap();
-    std::fs::write(&src, format!("#define {define}\n{body}")).unwrap();
-    let o = std::process::Command::new("cc")
-        .args(["-shared", "-fPIC"])
-        .args(common::extra_cflags())
-        .arg("-o")
-        .arg(&out)
-        .arg(&src)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    out
+    common::fake_plugin(dir, name, Some(define))
 }
 
 #[test]

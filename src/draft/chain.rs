@@ -3,7 +3,7 @@
 
 use super::class::{Class, N_CLASSES};
 use super::config::DrafterConfig;
-use super::context::Copy;
+use super::context::{ContextIndex, Copy};
 use super::control::{may_pay_more, Rates, Verify};
 use super::enumeration::Enumerations;
 use super::seq::Seq;
@@ -12,8 +12,9 @@ use super::TokenSource;
 use crate::index::Index;
 
 /// Fills `s.chain` with up to `want` tokens, each looked up after the ones before it: where a key starts, the
-/// key the prompt's lists name; else the pack's recipe or a copy of the request's own text (the copy where
-/// they disagree; a copy, once started, runs on token by token while its tokens are taken); the draft model
+/// key the prompt's lists name; else the pack's recipe or a copy of the request's own text or of its
+/// prediction (the copy where they disagree; a copy, once started, runs on token by token while its tokens
+/// are taken; `s.chain_predicted` marks the tokens the prediction's copy proposed); the draft model
 /// (source, sequence, how many of the first positions it may fill) answers where none does. Each token's
 /// class is its evidence at its place in the answer's syntax (read over `texts`, when given). Under the
 /// break-even control the chain ends where no further token could pay. Returns the copy's token for the
@@ -31,12 +32,13 @@ pub(super) fn build_chain(
     mut model: Option<(&mut (dyn TokenSource + 'static), usize, usize)>,
 ) -> Option<i32> {
     s.chain.clear();
+    s.chain_predicted = 0;
     s.chain_lex.clear();
     s.scratch.clear();
     let hist = s.ctx.tokens();
     let keep = index.map_or(0, Index::max_n).min(hist.len());
     s.scratch.extend_from_slice(&hist[hist.len() - keep..]);
-    let mut copy: Option<Copy> = None;
+    let mut copy: Option<Copying> = None;
     let mut uncovered = None;
     let mut lex = s.answer.now();
     // The key being drafted from the prompt's list, and how much of it is in the chain.
@@ -55,13 +57,13 @@ pub(super) fn build_chain(
         let pack = index
             .and_then(|ix| cfg.recipe(ix, &s.scratch))
             .map(|h| (h.token, Class::pack(h.kind, h.count, h.confidence(), place)));
-        if cfg.use_context && copy.is_none() {
-            copy = s.ctx.find(&s.scratch[keep..], cfg.ctx_min_n);
+        if copy.is_none() {
+            copy = Copying::find(&s.ctx, s.pred.index(), &s.scratch[keep..], cfg.ctx_min_n, cfg.use_context);
         }
         // A copy never proposes a control token: in the prompt those are the chat template's markers, which
         // the answer does not repeat (on HumanEval the copy of a docstring ran on into `<|im_end|>`).
         let copied = copy
-            .map(|c| (s.ctx.token(c), Class::copy(c.len, c.ambiguous, place)))
+            .map(|c| (c.token(), Class::copy(c.at.len, c.at.ambiguous, place)))
             .filter(|&(t, _)| !texts.is_some_and(|tx| tx.is_control(t)));
         if i == 0 && pack.is_none() {
             uncovered = copied.map(|(t, _)| t);
@@ -76,8 +78,9 @@ pub(super) fn build_chain(
         };
         listed = listed.filter(|&(k, j)| j + 1 < k.len()).map(|(k, j)| (k, j + 1));
         // A copy runs on while its tokens are taken; once the chain leaves it, the next token looks again.
+        let predicted = matches!((copy, next), (Some(c), Some((t, _))) if c.predicted && c.token() == t);
         copy = match (copy, next) {
-            (Some(c), Some((t, _))) if s.ctx.token(c) == t => s.ctx.advance(c),
+            (Some(c), Some((t, _))) if c.token() == t => c.advance(),
             _ => None,
         };
         if next.is_none() {
@@ -94,6 +97,9 @@ pub(super) fn build_chain(
         run *= f64::from(estimate(cfg, global, &s.rates, c));
         expected += run;
         best = best.max(verify.score(expected, i + 1, 0.0));
+        if predicted {
+            s.chain_predicted |= 1 << i;
+        }
         s.chain.push((t, c));
         s.chain_lex.push(lex);
         s.scratch.push(t);
@@ -102,6 +108,37 @@ pub(super) fn build_chain(
         }
     }
     uncovered
+}
+
+/// A copy being drafted, from the text it copies: the request's own or its prediction.
+#[derive(Clone, Copy)]
+struct Copying<'a> {
+    from: &'a ContextIndex,
+    at: Copy,
+    predicted: bool,
+}
+
+impl<'a> Copying<'a> {
+    /// The copy after the longer match of the history's end (`own`'s mirror followed by `drafted`): in the
+    /// prediction (when there is one) or in the request's own text (when `use_own`); the prediction on a tie,
+    /// as it is the caller's word on this very answer.
+    fn find(own: &'a ContextIndex, pred: Option<&'a ContextIndex>, drafted: &[i32], min_n: usize, use_own: bool) -> Option<Copying<'a>> {
+        let p = pred.and_then(|ix| Some(Copying { from: ix, at: ix.find_after(own.tokens(), drafted, min_n)?, predicted: true }));
+        let o = use_own.then(|| own.find(drafted, min_n)).flatten().map(|at| Copying { from: own, at, predicted: false });
+        match (p, o) {
+            (Some(p), Some(o)) if o.at.len > p.at.len => Some(o),
+            (p, o) => p.or(o),
+        }
+    }
+
+    fn token(self) -> i32 {
+        self.from.token(self.at)
+    }
+
+    /// The same copy one token further on; None where its text ends.
+    fn advance(self) -> Option<Copying<'a>> {
+        Some(Copying { at: self.from.advance(self.at)?, ..self })
+    }
 }
 
 /// Acceptance expected of `c` on a sequence with `rates`: its own counts shrunk towards those all sequences

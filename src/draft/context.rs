@@ -58,6 +58,17 @@ impl ContextIndex {
         }
     }
 
+    /// An index of `tokens` that matches the way this one does (same n-gram lengths and canonical ids).
+    pub fn sibling(&self, tokens: &[i32]) -> ContextIndex {
+        let mut c = ContextIndex { canon: self.canon.clone(), ..ContextIndex::new(self.max_n) };
+        c.next.reserve(tokens.len() * c.max_n);
+        c.tokens.reserve(tokens.len());
+        for &t in tokens {
+            c.push(t);
+        }
+        c
+    }
+
     /// The mirrored sequence.
     pub fn tokens(&self) -> &[i32] {
         &self.tokens
@@ -103,9 +114,15 @@ impl ContextIndex {
     /// in JSON answers a 2–3-token copy was right 62–67% of the time when its suffix was unique, 26–39%
     /// when not). Occurrences rolled back by `sync` still count, which only errs towards ambiguous.
     pub fn find(&self, drafted: &[i32], min_n: usize) -> Option<Copy> {
-        let m = self.tokens.len();
-        let len = m + drafted.len();
-        let at = |i: usize| self.key(if i < m { self.tokens[i] } else { drafted[i - m] });
+        self.find_after(&self.tokens, drafted, min_n)
+    }
+
+    /// [`find`](Self::find) for a history kept elsewhere (`hist` followed by `drafted`): where in this index
+    /// its end occurred, so another text (a request's predicted output) can be copied from.
+    pub fn find_after(&self, hist: &[i32], drafted: &[i32], min_n: usize) -> Option<Copy> {
+        let (m, past) = (self.tokens.len(), hist.len());
+        let len = past + drafted.len();
+        let at = |i: usize| self.key(if i < past { hist[i] } else { drafted[i - past] });
         let mut keys = [0u64; 8];
         let mut h = SuffixHasher::new();
         let top = self.max_n.min(len);
@@ -120,7 +137,7 @@ impl ContextIndex {
                 return None;
             }
             let mut n = k;
-            while n < MAX_MATCH && n < p && self.key(self.tokens[p - n - 1]) == at(len - n - 1) {
+            while n < MAX_MATCH && n < p && n < len && self.key(self.tokens[p - n - 1]) == at(len - n - 1) {
                 n += 1;
             }
             Some(Copy { pos: p, len: n, ambiguous: seen > 1 })
@@ -242,6 +259,22 @@ mod tests {
             let c = ctx(&mirror, max_n);
             assert_eq!(c.find(&drafted, min_n), naive(&mirror, &drafted, max_n, min_n), "{mirror:?} + {drafted:?}, n {min_n}..={max_n}");
         }
+    }
+
+    #[test]
+    fn another_text_is_found_after_this_history() {
+        // The predicted text `5 6 7 8` follows the prompt's tail `1 2`: after `1 2 5 6` it proposes 7, after a
+        // 4-token match; a history that left it matches nothing.
+        let mut c = ContextIndex::new(3);
+        c.set_canon(std::sync::Arc::from(vec![0, 1, 2, 3, 4, 5, 6, 7, 8, 5]));
+        let p = c.sibling(&[1, 2, 5, 6, 7, 8]);
+        let x = p.find_after(&[9, 1, 2, 5], &[6], 2).unwrap();
+        assert_eq!((p.token(x), x.len), (7, 4));
+        assert_eq!(p.advance(x).map(|y| p.token(y)), Some(8));
+        assert_eq!(p.find_after(&[1, 2, 5, 6, 7, 8], &[], 1), None, "the text's end proposes nothing");
+        assert_eq!(p.find_after(&[3, 4], &[], 1), None);
+        let x = p.find_after(&[2, 9], &[], 2).unwrap();
+        assert_eq!(p.token(x), 6, "matched by canonical ids, like the index it came from");
     }
 
     #[test]

@@ -5,12 +5,15 @@ use super::context::ContextIndex;
 use super::control::{Acceptance, Rates};
 use super::enumeration::Enumerations;
 use super::miss::Pending;
+use super::prediction::Prediction;
 use super::stats::Stats;
 use super::syntax::{Answer, Lex, TokenTexts};
 
 #[derive(Default)]
 pub(super) struct Seq {
     pub(super) ctx: ContextIndex,
+    /// The request's predicted output, when it came with one, and the counts of drafts from it.
+    pub(super) pred: Prediction,
     /// Where in the answer's syntax each position falls (read when token texts are attached).
     pub(super) answer: Answer,
     /// The prompt's lists of names (the keys an answer will write, in order).
@@ -20,6 +23,8 @@ pub(super) struct Seq {
     pub(super) key: Vec<u8>,
     pub(super) scratch: Vec<i32>,
     pub(super) chain: Vec<(i32, Class)>,
+    /// Bit i: chain token i was copied from the prediction.
+    pub(super) chain_predicted: u32,
     pub(super) draft: Vec<i32>,
     /// Sequence length (with the last sampled token) when `draft` was proposed.
     pub(super) draft_base: usize,
@@ -48,6 +53,7 @@ impl Seq {
     /// timing start over.
     pub(super) fn restart(&mut self, prompt: &[i32], texts: Option<&TokenTexts>) {
         self.ctx.reset(prompt);
+        self.pred.clear();
         self.answer.reset(prompt.len());
         self.enums = texts.map(|t| Enumerations::from_prompt(t, prompt)).unwrap_or_default();
         self.draft.clear();

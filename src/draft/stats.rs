@@ -17,6 +17,9 @@ pub struct Stats {
     pub shape_hits: u64,
     pub context_hits: u64,
     pub model_hits: u64,
+    /// Tokens drafted from requests' predicted outputs that the target kept, and that it discarded.
+    pub prediction_accepted: u64,
+    pub prediction_rejected: u64,
     /// Steps on which a draft model that did not pay drafted anyway, to re-measure.
     pub model_probes: u64,
     /// Calls where the control judged drafting not worth it.
@@ -45,6 +48,8 @@ impl Stats {
         self.shape_hits += o.shape_hits;
         self.context_hits += o.context_hits;
         self.model_hits += o.model_hits;
+        self.prediction_accepted += o.prediction_accepted;
+        self.prediction_rejected += o.prediction_rejected;
         self.model_probes += o.model_probes;
         self.steps_off += o.steps_off;
         self.steps_gated += o.steps_gated;

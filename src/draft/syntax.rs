@@ -233,6 +233,11 @@ impl Answer {
         (0..self.states.len() - 1).rev().map(move |k| (self.states[k], texts.get(tokens[self.start + k])))
     }
 
+    /// Sequence position of the answer's first token: the prompt is everything before it.
+    pub fn start(&self) -> usize {
+        self.start
+    }
+
     /// The state after the last synced token.
     pub fn now(&self) -> Lex {
         self.states.last().copied().unwrap_or_default()

@@ -104,6 +104,55 @@ pub unsafe extern "C" fn llama_spec_plugin_begin(plugin_ptr: *mut c_void, seq_id
     })
 }
 
+/// Optional symbol (docs/plugin-abi.md): the request just begun on `seq_id` comes with a predicted output.
+///
+/// # Safety
+/// `plugin` came from init; `tokens` is NULL with `n_tokens` ≤ 0, or holds `n_tokens` ids.
+#[no_mangle]
+pub unsafe extern "C" fn llama_spec_plugin_predict(plugin_ptr: *mut c_void, seq_id: i32, tokens: *const i32, n_tokens: i32) {
+    boundary_value((), || {
+        // SAFETY: caller contract.
+        let p = unsafe { plugin(plugin_ptr)? };
+        let s = seq(p, seq_id)?;
+        if tokens.is_null() && n_tokens > 0 {
+            return Err(FfiError::null("tokens"));
+        }
+        // SAFETY: tokens holds n_tokens ids when non-null, per the caller.
+        let tokens = unsafe { slice(tokens, n_tokens) };
+        p.engine.predict(s, tokens);
+        Ok(())
+    })
+}
+
+/// Optional symbol (docs/plugin-abi.md): predicted tokens of the current request on `seq_id` that the target
+/// kept and discarded in drafts. 0 on success, -1 on error (last_error says why; nothing written).
+///
+/// # Safety
+/// `plugin` came from init; `n_accepted` and `n_rejected` point to writable `int64_t`s.
+#[no_mangle]
+pub unsafe extern "C" fn llama_spec_plugin_prediction_counts(
+    plugin_ptr: *mut c_void,
+    seq_id: i32,
+    n_accepted: *mut i64,
+    n_rejected: *mut i64,
+) -> i32 {
+    boundary_value(-1, || {
+        // SAFETY: caller contract.
+        let p = unsafe { plugin(plugin_ptr)? };
+        let s = seq(p, seq_id)?;
+        let acc = NonNull::new(n_accepted).ok_or_else(|| FfiError::null("n_accepted"))?;
+        let rej = NonNull::new(n_rejected).ok_or_else(|| FfiError::null("n_rejected"))?;
+        let (a, r) = p.engine.prediction_counts(s);
+        let clamp = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        // SAFETY: both non-null and writable per the caller.
+        unsafe {
+            acc.as_ptr().write(clamp(a));
+            rej.as_ptr().write(clamp(r));
+        }
+        Ok(0)
+    })
+}
+
 /// # Safety
 /// `p` is NULL or points to `n` readable tokens.
 unsafe fn slice<'a>(p: *const i32, n: i32) -> &'a [i32] {

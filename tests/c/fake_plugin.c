@@ -1,4 +1,5 @@
-/* Broken speculative plugins for the start-up error tests (see tests/plugin_errors.rs):
+/* A plugin that never drafts and exports only the required symbols (none of the optional prediction ones:
+ * tests/server_prediction.rs), and broken ones for the start-up error tests (tests/plugin_errors.rs):
  *   -DFAKE_NO_SYMBOLS   exports none of the llama_spec_plugin_* symbols
  *   -DFAKE_ABI=2        answers an ABI version the host does not speak
  *   -DFAKE_INIT_NULL    init fails with a message */

@@ -28,6 +28,19 @@ pub fn plugin() -> PathBuf {
     kolm_rsd::server::plugin_path().expect("libkolm_rsd.so next to the test binary")
 }
 
+/// Builds tests/c/fake_plugin.c (a plugin that never drafts, with only the required symbols) into
+/// `dir/name.so`, with `define` (e.g. `FAKE_ABI 2`, see the file) when given.
+pub fn fake_plugin(dir: &Path, name: &str, define: Option<&str>) -> PathBuf {
+    let out = dir.join(format!("{name}.so"));
+    let src = dir.join(format!("{name}.c"));
+    let body = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/c/fake_plugin.c")).unwrap();
+    let define = define.map_or(String::new(), |d| format!("#define {d}\n"));
+    std::fs::write(&src, format!("{define}{body}")).unwrap();
+    let o = Command::new("cc").args(["-shared", "-fPIC"]).args(extra_cflags()).arg("-o").arg(&out).arg(&src).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    out
+}
+
 /// Extra flags for every C program and plugin the tests compile, from `KOLM_RSD_TEST_CFLAGS` (scripts/sanitize
 /// passes `-fsanitize=address,undefined …`).
 pub fn extra_cflags() -> Vec<String> {
