@@ -16,10 +16,6 @@ fn start_error(plugin: &Path, arg: Option<&str>, log: &Path) -> String {
     }
 }
 
-fn fake(dir: &Path, name: &str, define: &str) -> std::path::PathBuf {
-    common::fake_plugin(dir, name, Some(define))
-}
-
 #[test]
 fn missing_library_names_the_path() {
     let dir = common::scratch("plugin-missing");
@@ -30,7 +26,7 @@ fn missing_library_names_the_path() {
 #[test]
 fn library_without_the_symbols_names_the_symbol() {
     let dir = common::scratch("plugin-nosyms");
-    let so = fake(&dir, "nosyms", "FAKE_NO_SYMBOLS 1");
+    let so = common::fake_plugin(&dir, "nosyms", Some("FAKE_NO_SYMBOLS 1"));
     let e = start_error(&so, None, &dir.join("log"));
     assert!(e.contains("nosyms.so") && e.contains("does not export the symbol 'llama_spec_plugin_abi_version'"), "{e}");
 }
@@ -38,7 +34,7 @@ fn library_without_the_symbols_names_the_symbol() {
 #[test]
 fn abi_mismatch_names_both_versions() {
     let dir = common::scratch("plugin-abi");
-    let so = fake(&dir, "abi2", "FAKE_ABI 2");
+    let so = common::fake_plugin(&dir, "abi2", Some("FAKE_ABI 2"));
     let e = start_error(&so, None, &dir.join("log"));
     assert!(e.contains("abi2.so") && e.contains("has ABI version 2") && e.contains("expected version 1"), "{e}");
 }
@@ -46,7 +42,7 @@ fn abi_mismatch_names_both_versions() {
 #[test]
 fn failing_init_reports_the_plugin_message() {
     let dir = common::scratch("plugin-init");
-    let so = fake(&dir, "initnull", "FAKE_INIT_NULL 1");
+    let so = common::fake_plugin(&dir, "initnull", Some("FAKE_INIT_NULL 1"));
     let e = start_error(&so, None, &dir.join("log"));
     assert!(e.contains("llama_spec_plugin_init failed") && e.contains("init refused on purpose"), "{e}");
 }
