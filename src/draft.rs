@@ -11,8 +11,8 @@
 //! the evidence of each), `control` (break-even: β, acceptance, the best length), `step` (which sequences
 //! share the server's decode call), `gate` (whether drafting pays at all, measured), `miss` (positions the
 //! next compile could learn); evidence comes from `context` (the request's copies), `enumeration` and
-//! `syntax` (the prompt's lists, the answer's places), `prediction` (the request's predicted output) and
-//! `model` (a draft model).
+//! `syntax` (the prompt's lists, the answer's places), `prediction` (the request's predicted output),
+//! [`crate::live`] (what the target answered earlier, learned while serving) and `model` (a draft model).
 
 mod chain;
 pub mod class;
@@ -32,6 +32,7 @@ pub mod syntax;
 use std::collections::VecDeque;
 
 use crate::index::Index;
+use crate::live::Live;
 use chain::{build_chain, estimate};
 use class::{Class, Source, N_CLASSES};
 use control::{best_length, Acceptance, BetaModel, Rates, Verify, MAX_DRAFT};
@@ -75,6 +76,8 @@ pub struct Drafter {
     model_probe_every: u32,
     /// Whether drafting pays at all, measured (with the break-even control on and a gate configured).
     gate: Option<Gate>,
+    /// Recipes learned from every sequence's verified answers, shared by all sequences.
+    live: Option<Live>,
 }
 
 impl Drafter {
@@ -97,7 +100,20 @@ impl Drafter {
             texts: None,
             model_wait: 0,
             model_probe_every: 0,
+            live: None,
         }
+    }
+
+    /// Attaches a live index: every sequence's verified answer tokens are counted into it, and it is consulted
+    /// where the pack has no recipe.
+    pub fn with_live(mut self, live: Live) -> Drafter {
+        self.live = Some(live);
+        self
+    }
+
+    /// The live index, when one is attached.
+    pub fn live(&self) -> Option<&Live> {
+        self.live.as_ref()
     }
 
     /// Attaches a draft model, consulted where the pack and the request's n-grams have nothing.
@@ -199,6 +215,15 @@ impl Drafter {
         if let Some(texts) = &self.texts {
             s.answer.sync(texts, s.ctx.tokens(), kept);
         }
+        // Every token the mirror holds is the target's own (drafts are not in it): count the new answer tokens.
+        let hist = s.ctx.tokens();
+        s.fed = s.fed.min(kept);
+        if let Some(live) = &mut self.live {
+            for i in s.fed..hist.len() {
+                live.feed(&hist[i.saturating_sub(live.max_n())..i], hist[i]);
+            }
+        }
+        s.fed = hist.len();
         miss::resolve(s.ctx.tokens(), &mut s.pending, &mut self.misses, cfg.miss_capacity, &mut s.stats);
 
         let n_max = n_max.min(cfg.max_draft);
@@ -236,7 +261,7 @@ impl Drafter {
             },
         };
         let model = self.source.as_deref_mut().map(|m| (m, seq, if gated { 0 } else { model_len }));
-        let pos0 = build_chain(self.index.as_ref(), self.texts.as_ref(), cfg, s, n_max, global, &verify, need, model);
+        let pos0 = build_chain(self.index.as_ref(), self.live.as_ref(), self.texts.as_ref(), cfg, s, n_max, global, &verify, need, model);
 
         let mut p = [0f32; MAX_DRAFT];
         let mut cost = [0f64; MAX_DRAFT];
@@ -285,6 +310,7 @@ impl Drafter {
             match c.source() {
                 Source::Literal => s.stats.literal_hits += 1,
                 Source::Shape => s.stats.shape_hits += 1,
+                Source::Live => s.stats.live_hits += 1,
                 Source::Context => s.stats.context_hits += 1,
                 Source::Model => s.stats.model_hits += 1,
             }
@@ -436,6 +462,44 @@ mod tests {
         (calls.load(std::sync::atomic::Ordering::Relaxed), d.global_stats())
     }
 
+
+    /// Serves `answer` to `prompt` on `seq` one token a step, drafting with at most `n_max`; returns what was
+    /// drafted and accepted (the target keeps a drafted token only where it is the answer's).
+    fn serve(d: &mut Drafter, seq: usize, prompt: &[i32], answer: &[i32], n_max: usize) -> (u64, u64) {
+        let before = d.stats(seq).unwrap();
+        d.begin(seq, prompt);
+        let mut toks = prompt.to_vec();
+        let mut out = Vec::new();
+        let mut i = 0;
+        while i < answer.len() {
+            let g = d.propose(seq, &toks, answer[i], n_max, i as u64 * 1000, &mut out);
+            toks.push(answer[i]);
+            let kept = out[..g].iter().zip(&answer[i + 1..]).take_while(|(a, b)| a == b).count();
+            d.accept(seq, kept);
+            toks.extend_from_slice(&answer[i + 1..i + 1 + kept]);
+            i += 1 + kept;
+        }
+        let after = d.stats(seq).unwrap();
+        (after.tokens_drafted - before.tokens_drafted, after.tokens_accepted - before.tokens_accepted)
+    }
+
+    #[test]
+    fn a_request_drafts_from_what_another_slot_answered() {
+        let cfg = DrafterConfig { use_context: false, ..eager(2) };
+        let live = Live::new(crate::live::LiveConfig::default(), None);
+        let mut d = Drafter::new(None, cfg.clone()).with_live(live);
+        let prompt = [1, 2, 3, 4];
+        let answer: Vec<i32> = (100..140).collect();
+        assert_eq!(serve(&mut d, 0, &prompt, &answer, 8), (0, 0), "nothing learned yet");
+        let (drafted, accepted) = serve(&mut d, 1, &prompt, &answer, 8);
+        assert!(drafted >= 32 && accepted == drafted, "the second slot drafts most of the answer, all of it right: {drafted} {accepted}");
+        assert_eq!(d.global_stats().live_hits, drafted);
+        assert_eq!(d.live().unwrap().fed(), 80);
+        // Without the live index the same traffic drafts nothing.
+        let mut plain = Drafter::new(None, cfg);
+        serve(&mut plain, 0, &prompt, &answer, 8);
+        assert_eq!(serve(&mut plain, 1, &prompt, &answer, 8), (0, 0));
+    }
 
     #[test]
     fn a_draft_model_is_used_only_where_it_pays() {

@@ -20,6 +20,7 @@ pub mod hash;
 pub mod head;
 pub mod heap;
 pub mod index;
+pub mod live;
 pub mod llama;
 pub mod load;
 pub mod misslog;

@@ -10,9 +10,10 @@ use super::seq::Seq;
 use super::syntax::{self, Lex, TokenTexts};
 use super::TokenSource;
 use crate::index::Index;
+use crate::live::Live;
 
 /// Fills `s.chain` with up to `want` tokens, each looked up after the ones before it: where a key starts, the
-/// key the prompt's lists name; else the pack's recipe or a copy of the request's own text or of its
+/// key the prompt's lists name; else the pack's recipe (the live index's where the pack has none) or a copy of the request's own text or of its
 /// prediction (the copy where they disagree; a copy, once started, runs on token by token while its tokens
 /// are taken; `s.chain_predicted` marks the tokens the prediction's copy proposed); the draft model
 /// (source, sequence, how many of the first positions it may fill) answers where none does. Each token's
@@ -22,6 +23,7 @@ use crate::index::Index;
 #[allow(clippy::too_many_arguments)]
 pub(super) fn build_chain(
     index: Option<&Index>,
+    live: Option<&Live>,
     texts: Option<&TokenTexts>,
     cfg: &DrafterConfig,
     s: &mut Seq,
@@ -36,7 +38,7 @@ pub(super) fn build_chain(
     s.chain_lex.clear();
     s.scratch.clear();
     let hist = s.ctx.tokens();
-    let keep = index.map_or(0, Index::max_n).min(hist.len());
+    let keep = index.map_or(0, Index::max_n).max(live.map_or(0, Live::max_n)).min(hist.len());
     s.scratch.extend_from_slice(&hist[hist.len() - keep..]);
     let mut copy: Option<Copying> = None;
     let mut uncovered = None;
@@ -57,6 +59,10 @@ pub(super) fn build_chain(
         let pack = index
             .and_then(|ix| cfg.recipe(ix, &s.scratch))
             .map(|h| (h.token, Class::pack(h.kind, h.count, h.confidence(), place)));
+        let recipe = pack.or_else(|| {
+            let h = live?.lookup(&s.scratch).filter(|h| cfg.sure(h))?;
+            Some((h.token, Class::live(h.kind, h.count, h.confidence(), place)))
+        });
         if copy.is_none() {
             copy = Copying::find(&s.ctx, s.pred.index(), &s.scratch[keep..], cfg.ctx_min_n, cfg.use_context);
         }
@@ -71,7 +77,7 @@ pub(super) fn build_chain(
         // A key the prompt's list names comes first: neither a recipe nor a copy knows this request's keys.
         // Agreement is evidence of its own kind; where they disagree the request's own text wins (a recipe
         // it contradicts was right 0–12% of the time on held-out answers).
-        let mut next = match (listed, pack, copied) {
+        let mut next = match (listed, recipe, copied) {
             (Some((k, j)), ..) => Some((k[j], Class::listed(place))),
             (None, Some(a), Some(b)) if a.0 == b.0 => Some((a.0, Class::agreed(place))),
             (None, a, b) => b.or(a),

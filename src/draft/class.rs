@@ -12,6 +12,8 @@ use crate::pack::EntryKind;
 pub enum Source {
     Literal,
     Shape,
+    /// The live index: what the target answered earlier while serving.
+    Live,
     Context,
     Model,
 }
@@ -25,9 +27,13 @@ const PACK_MIDDLE: (u32, f32) = (2, 0.75);
 /// Short copies (the first this many length buckets) are split by whether their suffix was ambiguous.
 const SPLIT_BUCKETS: usize = 3;
 
-/// Kinds of evidence: literal ×3, shape ×3, context copy × one per edge, ambiguous short copies, the next
-/// item of a list in the prompt, a copy the pack agrees with, draft model.
-pub const N_KINDS: usize = 3 + 3 + COPY_EDGES.len() + SPLIT_BUCKETS + 1 + 1 + 1;
+/// Kinds of evidence: literal ×3, shape ×3, the live index's literal ×3 and shape ×3, context copy × one per
+/// edge, ambiguous short copies, the next item of a list in the prompt, a copy a recipe agrees with, draft
+/// model.
+pub const N_KINDS: usize = 3 + 3 + 6 + COPY_EDGES.len() + SPLIT_BUCKETS + 1 + 1 + 1;
+/// The first live kind, and the first copy kind.
+const LIVE: usize = 6;
+const COPY: usize = 12;
 const LISTED: usize = N_KINDS - 3;
 const AGREED: usize = N_KINDS - 2;
 const MODEL: usize = N_KINDS - 1;
@@ -45,12 +51,14 @@ pub const N_CLASSES: usize = N_KINDS * N_PLACES;
 ///   copy whose suffix occurred more than once before 11%.
 ///
 /// Where a recipe and a copy disagree the recipe was right only 0–12% of the time, so the copy is taken.
-/// Each sequence then learns its own rates.
+/// The live index's recipes (the target's own greedy answers to earlier requests, most seen once) start a
+/// little below the pack's. Each sequence then learns its own rates, and all sequences share theirs.
 pub const DEFAULT_PRIOR: [f32; N_CLASSES] = flatten([
-    // literal S/M/W, shape S/M/W, copy 2, 3, 4–5, 6–8, 9–12, 13–20, 21+, ambiguous 2, 3, 4–5, listed, agreed, model
-    [0.7, 0.5, 0.35, 0.7, 0.25, 0.2, 0.6, 0.65, 0.7, 0.85, 0.85, 0.85, 0.9, 0.2, 0.25, 0.3, 0.5, 0.93, 0.7], // code
-    [0.8, 0.3, 0.2, 0.8, 0.25, 0.2, 0.1, 0.15, 0.2, 0.3, 0.5, 0.7, 0.9, 0.05, 0.1, 0.15, 0.85, 0.5, 0.7], // key
-    [0.35, 0.2, 0.1, 0.15, 0.1, 0.1, 0.65, 0.75, 0.75, 0.8, 0.8, 0.95, 0.98, 0.15, 0.3, 0.3, 0.5, 0.95, 0.7], // value
+    // literal S/M/W, shape S/M/W, live literal S/M/W, live shape S/M/W,
+    // copy 2, 3, 4–5, 6–8, 9–12, 13–20, 21+, ambiguous 2, 3, 4–5, listed, agreed, model
+    [0.7, 0.5, 0.35, 0.7, 0.25, 0.2, 0.65, 0.45, 0.3, 0.6, 0.25, 0.2, 0.6, 0.65, 0.7, 0.85, 0.85, 0.85, 0.9, 0.2, 0.25, 0.3, 0.5, 0.93, 0.7], // code
+    [0.8, 0.3, 0.2, 0.8, 0.25, 0.2, 0.75, 0.3, 0.2, 0.75, 0.25, 0.2, 0.1, 0.15, 0.2, 0.3, 0.5, 0.7, 0.9, 0.05, 0.1, 0.15, 0.85, 0.5, 0.7], // key
+    [0.35, 0.2, 0.1, 0.15, 0.1, 0.1, 0.3, 0.15, 0.1, 0.15, 0.1, 0.1, 0.65, 0.75, 0.75, 0.8, 0.8, 0.95, 0.98, 0.15, 0.3, 0.3, 0.5, 0.95, 0.7], // value
 ]);
 
 const fn flatten(t: [[f32; N_KINDS]; N_PLACES]) -> [f32; N_CLASSES] {
@@ -89,20 +97,12 @@ impl Class {
 
     /// A pack recipe of `kind` whose token followed its context `count` times, a share `confidence` of them.
     pub fn pack(kind: EntryKind, count: u32, confidence: f32, place: Place) -> Class {
-        let strength = if count >= PACK_STRONG.0 && confidence >= PACK_STRONG.1 {
-            0
-        } else if count >= PACK_MIDDLE.0 && confidence >= PACK_MIDDLE.1 {
-            1
-        } else {
-            2
-        };
-        Class::new(
-            match kind {
-                EntryKind::Literal => strength,
-                EntryKind::Shape => 3 + strength,
-            },
-            place,
-        )
+        Class::new(recipe_kind(kind, count, confidence), place)
+    }
+
+    /// The same for a recipe of the live index.
+    pub fn live(kind: EntryKind, count: u32, confidence: f32, place: Place) -> Class {
+        Class::new(LIVE + recipe_kind(kind, count, confidence), place)
     }
 
     /// A copy of the request's own text after a match of `len` tokens, found by a suffix that occurred more
@@ -110,9 +110,9 @@ impl Class {
     pub fn copy(len: usize, ambiguous: bool, place: Place) -> Class {
         let bucket = COPY_EDGES.iter().rposition(|&e| len >= e).unwrap_or(0);
         if ambiguous && bucket < SPLIT_BUCKETS {
-            return Class::new(6 + COPY_EDGES.len() + bucket, place);
+            return Class::new(COPY + COPY_EDGES.len() + bucket, place);
         }
-        Class::new(6 + bucket, place)
+        Class::new(COPY + bucket, place)
     }
 
     #[inline]
@@ -124,9 +124,25 @@ impl Class {
         match self.index() % N_KINDS {
             0..=2 => Source::Literal,
             3..=5 => Source::Shape,
+            LIVE..COPY => Source::Live,
             MODEL => Source::Model,
             _ => Source::Context,
         }
+    }
+}
+
+/// A recipe's kind among the six of a table: literal or shape, strong, middle or weak by its count and share.
+fn recipe_kind(kind: EntryKind, count: u32, confidence: f32) -> usize {
+    let strength = if count >= PACK_STRONG.0 && confidence >= PACK_STRONG.1 {
+        0
+    } else if count >= PACK_MIDDLE.0 && confidence >= PACK_MIDDLE.1 {
+        1
+    } else {
+        2
+    };
+    match kind {
+        EntryKind::Literal => strength,
+        EntryKind::Shape => 3 + strength,
     }
 }
 
@@ -146,6 +162,10 @@ mod tests {
                     assert!(c.index() < N_CLASSES);
                     assert_eq!(c.source(), if kind == EntryKind::Literal { Source::Literal } else { Source::Shape });
                     seen.insert(c);
+                    let l = Class::live(kind, count, conf, place);
+                    assert_eq!(l.source(), Source::Live);
+                    assert_eq!(DEFAULT_PRIOR[l.index()] <= DEFAULT_PRIOR[c.index()], true, "live recipes start below the pack's");
+                    seen.insert(l);
                 }
             }
             for len in 0..40 {

@@ -69,7 +69,12 @@ pub struct DrafterConfig {
 impl DrafterConfig {
     /// The pack's recipe for the end of `history`, if it is as sure as this configuration asks.
     pub fn recipe(&self, index: &Index, history: &[i32]) -> Option<Hit> {
-        index.lookup(history).filter(|h| h.confidence() >= self.min_confidence && h.count >= self.min_count)
+        index.lookup(history).filter(|h| self.sure(h))
+    }
+
+    /// Whether a recipe (of the pack or the live index) is as sure as this configuration asks.
+    pub fn sure(&self, h: &Hit) -> bool {
+        h.confidence() >= self.min_confidence && h.count >= self.min_count
     }
 }
 

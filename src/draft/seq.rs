@@ -38,6 +38,8 @@ pub(super) struct Seq {
     pub(super) drafting_run: u32,
     pub(super) last_ns: Option<u64>,
     pub(super) pending: Vec<Pending>,
+    /// Tokens of the sequence counted into the live index (the answer's, from its start).
+    pub(super) fed: usize,
     /// History + chain so far, for the draft model.
     pub(super) model_hist: Vec<i32>,
     pub(super) stats: Stats,
@@ -64,5 +66,6 @@ impl Seq {
         self.drafting_run = 0;
         self.last_ns = None;
         self.pending.clear();
+        self.fed = prompt.len();
     }
 }

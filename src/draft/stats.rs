@@ -17,6 +17,8 @@ pub struct Stats {
     pub shape_hits: u64,
     pub context_hits: u64,
     pub model_hits: u64,
+    /// Drafted tokens from the live index (what the target answered earlier while serving).
+    pub live_hits: u64,
     /// Tokens drafted from requests' predicted outputs that the target kept, and that it discarded.
     pub prediction_accepted: u64,
     pub prediction_rejected: u64,
@@ -48,6 +50,7 @@ impl Stats {
         self.shape_hits += o.shape_hits;
         self.context_hits += o.context_hits;
         self.model_hits += o.model_hits;
+        self.live_hits += o.live_hits;
         self.prediction_accepted += o.prediction_accepted;
         self.prediction_rejected += o.prediction_rejected;
         self.model_probes += o.model_probes;
