@@ -211,19 +211,23 @@ impl Drafter {
         let verify = Verify::new(&self.beta, shared);
         s.last_ns = Some(now_ns);
         s.awaiting_accept = false;
+        let before = s.ctx.tokens().len();
         let kept = s.ctx.sync(tokens, id_last);
         if let Some(texts) = &self.texts {
             s.answer.sync(texts, s.ctx.tokens(), kept);
         }
-        // Every token the mirror holds is the target's own (drafts are not in it): count the new answer tokens.
+        // Every token the mirror holds is the target's own (drafts are not in it): count the new answer tokens
+        // (those of accepted drafts were counted at `accept`, unless the sequence lost them since).
         let hist = s.ctx.tokens();
-        s.fed = s.fed.min(kept);
+        if kept < before {
+            s.fed = s.fed.min(kept);
+        }
         if let Some(live) = &mut self.live {
             for i in s.fed..hist.len() {
                 live.feed(&hist[i.saturating_sub(live.max_n())..i], hist[i]);
             }
         }
-        s.fed = hist.len();
+        s.fed = s.fed.max(hist.len());
         miss::resolve(s.ctx.tokens(), &mut s.pending, &mut self.misses, cfg.miss_capacity, &mut s.stats);
 
         let n_max = n_max.min(cfg.max_draft);
@@ -347,6 +351,19 @@ impl Drafter {
         }
         if let Some(g) = &mut self.gate {
             g.accepted(n);
+        }
+        // Kept tokens are the target's output: counted now, as a request's last ones reach no later `propose`.
+        if let (Some(live), true) = (&mut self.live, s.fed == s.draft_base) {
+            let hist = s.ctx.tokens();
+            let tail = hist.len().saturating_sub(live.max_n());
+            s.scratch.clear();
+            s.scratch.extend_from_slice(&hist[tail..]);
+            s.scratch.extend_from_slice(&s.draft[..n]);
+            let at = hist.len() - tail;
+            for i in at..at + n {
+                live.feed(&s.scratch[..i], s.scratch[i]);
+            }
+            s.fed += n;
         }
         s.acc.observe_run(g, n, self.cfg.alpha_decay);
         self.global_acc.observe_run(g, n, self.cfg.global_decay);

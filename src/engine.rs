@@ -1,13 +1,18 @@
 //! What the C API and the plugin drive: a target model's vocabulary shapes, its recipe pack (found beside
 //! the GGUF or named), the combined drafter with break-even control, and the local miss log.
 
+mod live;
+
+pub use live::default_live_path;
+
 use crate::draft::model::{ModelDraftConfig, ModelDrafter};
 use crate::draft::{Drafter, DrafterConfig, Miss, Stats};
 use crate::index::Index;
+use crate::live::{Live, LiveConfig};
 use crate::vocab::{drafter_texts, fingerprint, token_texts};
 use crate::llama::{Model, Token};
 use crate::misslog::MissLog;
-use crate::pack::Pack;
+use crate::pack::{ModelInfo, Pack};
 use crate::shape::ShapeTable;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -34,6 +39,20 @@ pub struct EngineConfig {
     /// KV cells and threads of the draft model's context (the plugin copies the target's).
     pub n_ctx: u32,
     pub n_threads: i32,
+    /// The live index of what the target answered while serving, and where it is kept.
+    pub live: LiveChoice,
+    /// Its size, in entries.
+    pub live_cap: usize,
+}
+
+/// Whether an engine learns from what it serves, and where that is kept across restarts.
+#[derive(Clone, Debug, PartialEq)]
+pub enum LiveChoice {
+    Off,
+    /// Learned while running, forgotten at exit.
+    Memory,
+    /// Loaded from and saved to this file.
+    File(PathBuf),
 }
 
 /// The draft model and the head it scores with.
@@ -69,6 +88,8 @@ impl Default for EngineConfig {
             draft: None,
             n_ctx: 4096,
             n_threads: 0,
+            live: LiveChoice::Memory,
+            live_cap: crate::live::DEFAULT_CAPACITY,
         }
     }
 }
@@ -110,9 +131,10 @@ impl EngineConfig {
     }
 
     /// Parses `--spec-plugin-arg`: comma-separated `key=value` (`pack=PATH|off`, `misslog=PATH|off`, `misslog_cap=BYTES`,
-    /// `adaptive=0|1`, `context=0|1`, `nmax=N`, `draft=GGUF`, `shortlist=PATH|full`, `margin=F`, `request_rows=0|1`); a bare
-    /// value is the pack path. Without `pack=`, the pack beside the model is used when it exists; without
-    /// `shortlist=`, the shortlist beside the draft GGUF, else the full head.
+    /// `adaptive=0|1`, `context=0|1`, `nmax=N`, `draft=GGUF`, `shortlist=PATH|full`, `margin=F`, `request_rows=0|1`,
+    /// `live=PATH|mem|off`, `live_cap=ENTRIES`); a bare value is the pack path. Without `pack=`, the pack beside
+    /// the model is used when it exists; without `shortlist=`, the shortlist beside the draft GGUF, else the full
+    /// head; without `live=`, the live index is kept in [`default_live_path`].
     pub fn from_plugin_arg(arg: &str, model_path: &str) -> Result<EngineConfig, EngineError> {
         let mut cfg = EngineConfig::default();
         let model = (!model_path.is_empty()).then(|| PathBuf::from(model_path));
@@ -123,6 +145,7 @@ impl EngineConfig {
         let mut shortlist: Option<Option<PathBuf>> = None;
         let mut margin = DEFAULT_MARGIN;
         let mut request_rows = true;
+        let mut live: Option<LiveChoice> = None;
         for item in arg.split(',').map(str::trim).filter(|s| !s.is_empty()) {
             match item.split_once('=') {
                 None => pack = Some(PathBuf::from(item)),
@@ -145,6 +168,16 @@ impl EngineConfig {
                     cfg.miss_log_cap =
                         v.parse().map_err(|_| EngineError::Arg(format!("--spec-plugin-arg: misslog_cap={v} is not a number of bytes")))?
                 }
+                Some(("live", "off")) => live = Some(LiveChoice::Off),
+                Some(("live", "mem")) => live = Some(LiveChoice::Memory),
+                Some(("live", v)) => live = Some(LiveChoice::File(PathBuf::from(v))),
+                Some(("live_cap", v)) => {
+                    cfg.live_cap = v
+                        .parse()
+                        .ok()
+                        .filter(|&n: &usize| (8..=1 << 26).contains(&n))
+                        .ok_or_else(|| EngineError::Arg(format!("--spec-plugin-arg: live_cap={v} is not a number of entries in 8..=67108864")))?
+                }
                 Some(("adaptive", v)) => cfg.adaptive = parse_bool(v)?,
                 Some(("context", v)) => cfg.use_context = parse_bool(v)?,
                 Some(("nmax", v)) => {
@@ -152,7 +185,7 @@ impl EngineConfig {
                 }
                 Some((k, _)) => {
                     return Err(EngineError::Arg(format!(
-                        "--spec-plugin-arg: unknown key `{k}` (known: pack, misslog, misslog_cap, adaptive, context, nmax, draft, shortlist, margin, request_rows)"
+                        "--spec-plugin-arg: unknown key `{k}` (known: pack, misslog, misslog_cap, adaptive, context, nmax, draft, shortlist, margin, request_rows, live, live_cap)"
                     )))
                 }
             }
@@ -174,6 +207,10 @@ impl EngineConfig {
             margin,
             request_rows,
         });
+        cfg.live = match live {
+            Some(l) => l,
+            None => model.as_deref().map_or(LiveChoice::Memory, |m| LiveChoice::File(default_live_path(m))),
+        };
         cfg.miss_log = match misslog {
             Some(m) => m,
             None => model.as_deref().map(default_miss_log),
@@ -197,8 +234,12 @@ fn load_pack_for(path: &Path, texts: &[&[u8]]) -> Result<Pack, EngineError> {
 /// The lookup tables of the pack at `path`, validated for the tokenizer whose token texts are `texts`
 /// ([`token_texts`], read once by the caller, who needs them for the drafter too), with its shape table.
 pub fn load_index(path: &Path, texts: &[&[u8]]) -> Result<Index, EngineError> {
+    index_with(path, texts, ShapeTable::from_token_texts(texts))
+}
+
+fn index_with(path: &Path, texts: &[&[u8]], shapes: ShapeTable) -> Result<Index, EngineError> {
     let pack = load_pack_for(path, texts)?;
-    Ok(Index::new(&pack, Some(ShapeTable::from_token_texts(texts))))
+    Ok(Index::new(&pack, Some(shapes)))
 }
 
 /// What an engine has done since load, for the layers above it (the C ABI's `KolmRsdStats`).
@@ -220,13 +261,16 @@ pub struct Engine {
     misses: Vec<Miss>,
     misses_logged: u64,
     clock: Instant,
+    /// Where the live index is kept, when it is.
+    keeper: Option<live::Keeper>,
 }
 
 impl Engine {
     pub fn new(model: &Model, cfg: EngineConfig) -> Result<Engine, EngineError> {
         // The vocabulary's texts serve the pack's tokenizer check, its shapes and the drafter's reading of answers.
         let texts = token_texts(model);
-        let index = cfg.pack.as_deref().map(|p| load_index(p, &texts)).transpose()?;
+        let shapes = ShapeTable::from_token_texts(&texts);
+        let index = cfg.pack.as_deref().map(|p| index_with(p, &texts, shapes.clone())).transpose()?;
         let pack = cfg.pack.clone().zip(index.as_ref().map(Index::len));
         let dcfg = DrafterConfig {
             n_seq: cfg.n_seq,
@@ -236,6 +280,20 @@ impl Engine {
             ..DrafterConfig::default()
         };
         let mut drafter = Drafter::new(index, dcfg).with_texts(drafter_texts(model, &texts));
+        let mut keeper = None;
+        if cfg.live != LiveChoice::Off {
+            let mut table = Live::new(LiveConfig { capacity: cfg.live_cap, ..LiveConfig::default() }, Some(shapes));
+            if let LiveChoice::File(path) = &cfg.live {
+                let name = ModelInfo { name: model.meta("general.name").unwrap_or_default(), arch: model.meta("general.architecture").unwrap_or_default() };
+                let fp = crate::pack::tokenizer_fingerprint(texts.iter().copied());
+                let (k, note) = live::Keeper::open(path.clone(), &fp, name, texts.len() as u32, &mut table);
+                if let Some(note) = note {
+                    eprintln!("kolm-rsd: {note}");
+                }
+                keeper = Some(k);
+            }
+            drafter = drafter.with_live(table);
+        }
         if let Some(d) = &cfg.draft {
             let md = ModelDrafter::load(&ModelDraftConfig {
                 model: d.model.clone(),
@@ -266,6 +324,7 @@ impl Engine {
             misses: Vec::new(),
             misses_logged: 0,
             clock: Instant::now(),
+            keeper,
         })
     }
 
@@ -275,6 +334,9 @@ impl Engine {
 
     pub fn begin(&mut self, seq: usize, prompt: &[Token]) {
         self.flush_misses();
+        if let (Some(k), Some(l)) = (&mut self.keeper, self.drafter.live()) {
+            k.tick(l);
+        }
         self.drafter.begin(seq, prompt);
     }
 
@@ -345,14 +407,24 @@ impl Engine {
             ),
             None => String::new(),
         };
-        format!("{pack}{draft}, {} sequences, {log}", self.n_seq)
+        let live = match (self.drafter.live(), &self.keeper) {
+            (None, _) => "no live index".into(),
+            (Some(l), k) => format!(
+                "live index {} of {} entries ({} MiB){}",
+                l.len(),
+                l.capacity(),
+                l.bytes() >> 20,
+                k.as_ref().map_or(" in memory only".into(), |k| format!(", kept in {}", k.path().display()))
+            ),
+        };
+        format!("{pack}{draft}, {} sequences, {live}, {log}", self.n_seq)
     }
 
     /// One line at shutdown: what drafting did.
     pub fn summary(&self) -> String {
         let s = self.drafter.global_stats();
         format!(
-            "{} calls, {} drafts, {} drafted, {} accepted ({:.1}%), pack hits {} literal + {} shape, context hits {}, prediction {} accepted + {} rejected, model hits {}, model probes {}, steps off {}, gate {}, alpha {:.2}, beta(2..5) {:.2} {:.2} {:.2} {:.2}{}",
+            "{} calls, {} drafts, {} drafted, {} accepted ({:.1}%), pack hits {} literal + {} shape, live hits {}{}, context hits {}, prediction {} accepted + {} rejected, model hits {}, model probes {}, steps off {}, gate {}, alpha {:.2}, beta(2..5) {:.2} {:.2} {:.2} {:.2}{}",
             s.calls,
             s.drafts,
             s.tokens_drafted,
@@ -360,6 +432,12 @@ impl Engine {
             100.0 * s.tokens_accepted as f64 / s.tokens_drafted.max(1) as f64,
             s.literal_hits,
             s.shape_hits,
+            s.live_hits,
+            self.drafter.live().map_or(String::new(), |l| format!(
+                " ({} entries, {} answer tokens learned)",
+                l.len(),
+                self.keeper.as_ref().map_or(l.fed(), |k| k.fed_total(l))
+            )),
             s.context_hits,
             s.prediction_accepted,
             s.prediction_rejected,
@@ -388,6 +466,9 @@ fn gate_line(g: Option<&crate::draft::gate::Gate>) -> String {
 impl Drop for Engine {
     fn drop(&mut self) {
         self.flush_misses();
+        if let (Some(k), Some(l)) = (&mut self.keeper, self.drafter.live()) {
+            k.finish(l);
+        }
     }
 }
 
@@ -432,5 +513,21 @@ mod tests {
         assert!(e.contains("needs draft="), "{e}");
         let e = EngineConfig::from_plugin_arg("draft=/m/d.gguf,margin=-1", "").unwrap_err().to_string();
         assert!(e.contains("margin=-1"), "{e}");
+    }
+
+    #[test]
+    fn the_live_index_is_kept_in_the_cache_unless_told_otherwise() {
+        let c = EngineConfig::from_plugin_arg("", "/models/qwen.gguf").unwrap();
+        assert_eq!(c.live, LiveChoice::File(default_live_path(Path::new("/models/qwen.gguf"))));
+        assert!(default_live_path(Path::new("/models/qwen.gguf")).ends_with("live/qwen.json"));
+        assert_eq!(EngineConfig::from_plugin_arg("", "").unwrap().live, LiveChoice::Memory, "no model path: nowhere to name it after");
+        assert_eq!(EngineConfig::from_plugin_arg("live=off", "/m.gguf").unwrap().live, LiveChoice::Off);
+        assert_eq!(EngineConfig::from_plugin_arg("live=mem", "/m.gguf").unwrap().live, LiveChoice::Memory);
+        let c = EngineConfig::from_plugin_arg("live=/t/l.json,live_cap=4096", "/m.gguf").unwrap();
+        assert_eq!((c.live, c.live_cap), (LiveChoice::File("/t/l.json".into()), 4096));
+        for bad in ["live_cap=0", "live_cap=lots"] {
+            let e = EngineConfig::from_plugin_arg(bad, "").unwrap_err().to_string();
+            assert!(e.contains(bad), "{e}");
+        }
     }
 }

@@ -45,7 +45,8 @@ impl Target {
 
     /// `--spec-plugin-arg` naming the pack, and `extra` after it.
     pub fn pack_arg(&self, extra: &str) -> String {
-        format!("pack={}{extra}", self.pack.display())
+        // The live index learns in memory only: a stress run leaves nothing in the user's cache.
+        format!("pack={},live=mem{extra}", self.pack.display())
     }
 }
 

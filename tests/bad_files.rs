@@ -62,7 +62,7 @@ fn a_pack_truncated_while_the_server_runs_changes_nothing_until_restart() {
     let want = plain.complete(PROMPT, 48).unwrap().content;
     drop(plain);
 
-    let arg = format!("pack={},misslog=off", pack.display());
+    let arg = format!("pack={},live=mem,misslog=off", pack.display());
     let server = Server::start(&options(&arg, &dir.join("live.log"))).unwrap();
     std::fs::write(&pack, b"{\"format\": \"kolm-rsd/rec").unwrap();
     // The pack was read whole at start-up: the server goes on drafting from it.
@@ -107,7 +107,7 @@ fn a_miss_log_that_cannot_be_written_only_stops_logging() {
         let server_log = dir.join(format!("{name}.log"));
         // adaptive=0: drafting at every step makes misses certain; the break-even control drafts little
         // (and may find no miss at all) when a busy machine makes verification look dear.
-        let arg = format!("adaptive=0,pack={},misslog={}", pack.display(), log.display());
+        let arg = format!("adaptive=0,live=mem,pack={},misslog={}", pack.display(), log.display());
         let server = Server::start(&options(&arg, &server_log)).unwrap();
         for _ in 0..3 {
             assert_eq!(server.complete(PROMPT, 48).unwrap().content, want, "{name}: serving goes on");

@@ -151,7 +151,7 @@ fn plugin_drafts_with_the_model_and_output_is_identical() {
         let log = dir.join(format!("{name}.log"));
         let mut opts = ServerOptions::new(&smol, &log);
         opts.plugin = Some(common::plugin());
-        opts.plugin_arg = Some(format!("pack=off,context=0,misslog=off,adaptive=0,nmax=3,draft={},{head}", smol.display()));
+        opts.plugin_arg = Some(format!("pack=off,context=0,live=off,misslog=off,adaptive=0,nmax=3,draft={},{head}", smol.display()));
         let spec = Server::start(&opts).unwrap();
         let (mut drafted, mut accepted) = (0, 0);
         for (p, r) in prompts.iter().zip(&reference) {
@@ -176,7 +176,7 @@ fn draft_model_with_another_tokenizer_is_refused() {
     let qwen = kolm_rsd::fetch::model("qwen2.5-coder-0.5b", false).expect("fetch qwen2.5-coder-0.5b");
     let mut opts = ServerOptions::new(&common::smol(), &dir.join("log"));
     opts.plugin = Some(common::plugin());
-    opts.plugin_arg = Some(format!("draft={}", qwen.display()));
+    opts.plugin_arg = Some(format!("live=mem,draft={}", qwen.display()));
     let e = match Server::start(&opts) {
         Ok(_) => panic!("llama-server started with a draft model of another tokenizer"),
         Err(e) => e.to_string(),

@@ -27,7 +27,7 @@ fn pack_beside_the_model_drafts_and_output_is_identical() {
 
     let mut opts = ServerOptions::new(&model_path, &dir.join("plugin.log"));
     opts.plugin = Some(common::plugin());
-    opts.plugin_arg = Some(format!("adaptive=0,misslog={}", dir.join("misses.jsonl").display()));
+    opts.plugin_arg = Some(format!("adaptive=0,live=mem,misslog={}", dir.join("misses.jsonl").display()));
     let spec = Server::start(&opts).unwrap();
     let mut accepted = 0;
     for (p, r) in prompts.iter().zip(&reference) {

@@ -31,7 +31,7 @@ fn plugin_output_is_byte_identical_and_drafts_are_accepted() {
     opts.plugin = Some(common::plugin());
     // adaptive=0: draft at every step (15 tokens, the longest a verify pass carries exactly), so the test
     // exercises verification on every token.
-    opts.plugin_arg = Some("adaptive=0,misslog=off".into());
+    opts.plugin_arg = Some("adaptive=0,live=mem,misslog=off".into());
     let spec = Server::start(&opts).unwrap();
     // The host's limit for plugin drafts is --spec-plugin-n-max (default 16), not the draft model's 3.
     let log = std::fs::read_to_string(dir.join("plugin.log")).unwrap();
@@ -65,7 +65,7 @@ fn a_generation_that_fills_the_context_ends_where_plain_decoding_ends() {
         o.n_ctx = 512;
         if plugin {
             o.plugin = Some(common::plugin());
-            o.plugin_arg = Some("adaptive=0,misslog=off".into());
+            o.plugin_arg = Some("adaptive=0,live=mem,misslog=off".into());
         }
         let s = Server::start(&o).unwrap();
         s.complete(&prompt, 4096).unwrap()

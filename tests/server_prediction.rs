@@ -51,7 +51,7 @@ fn prediction_drafts_from_the_predicted_answer_and_leaves_the_output_unchanged()
     opts.plugin = Some(common::plugin());
     // adaptive=0: every copy found is drafted (no break-even control, no gate), so what the prediction adds
     // is not hidden by a gate window measuring drafting off; pack=off: copies are the only evidence.
-    opts.plugin_arg = Some("adaptive=0,misslog=off,pack=off".into());
+    opts.plugin_arg = Some("adaptive=0,misslog=off,pack=off,live=off".into());
     let spec = Server::start(&opts).unwrap();
     let (mut without, mut with) = (0, 0);
     for (i, (u, a)) in USERS.iter().zip(&answers).enumerate() {
@@ -111,7 +111,7 @@ fn a_malformed_prediction_is_refused_with_400() {
     let dir = common::scratch("server-prediction-malformed");
     let mut opts = ServerOptions::new(&path, &dir.join("plugin.log"));
     opts.plugin = Some(common::plugin());
-    opts.plugin_arg = Some("misslog=off".into());
+    opts.plugin_arg = Some("misslog=off,live=mem".into());
     let mut spec = Server::start(&opts).unwrap();
     let bad = [
         json!("just a string"),

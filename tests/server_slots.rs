@@ -75,7 +75,7 @@ fn four_concurrent_clients_match_requests_served_alone() {
     spec4.n_parallel = 4;
     spec4.plugin = Some(common::plugin());
     // 4 slots × (1 + 5 drafted) = 24 tokens > 16: the generation runs are cut into two calls.
-    spec4.plugin_arg = Some(format!("adaptive=0,nmax=5,misslog=off,pack={}", common::small_pack().display()));
+    spec4.plugin_arg = Some(format!("adaptive=0,nmax=5,live=mem,misslog=off,pack={}", common::small_pack().display()));
     let server = Server::start(&spec4).unwrap();
     let got = concurrently(&server, &prompts);
     server.stop();
@@ -105,7 +105,7 @@ fn four_slots_match_one_slot() {
     let mut spec4 = plain4.clone();
     spec4.log = dir.join("np4-plugin.log");
     spec4.plugin = Some(common::plugin());
-    spec4.plugin_arg = Some(format!("adaptive=0,misslog=off,pack={}", common::small_pack().display()));
+    spec4.plugin_arg = Some(format!("adaptive=0,live=mem,misslog=off,pack={}", common::small_pack().display()));
     let server = Server::start(&spec4).unwrap();
     assert_eq!(one_by_one(&server, &prompts), reference, "plugin with -np 4 differs from plain -np 1");
     server.stop();
@@ -124,7 +124,7 @@ fn seeded_sampling_is_identical_with_the_plugin() {
     plain.stop();
     let mut opts = ServerOptions::new(&common::smol(), &dir.join("plugin.log"));
     opts.plugin = Some(common::plugin());
-    opts.plugin_arg = Some(format!("adaptive=0,misslog=off,pack={}", common::small_pack().display()));
+    opts.plugin_arg = Some(format!("adaptive=0,live=mem,misslog=off,pack={}", common::small_pack().display()));
     let spec = Server::start(&opts).unwrap();
     let mut drafted = 0;
     for (p, r) in prompts.iter().zip(&reference) {

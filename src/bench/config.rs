@@ -195,6 +195,8 @@ fn plan_one(kind: ConfigKind, a: &Assets) -> Planned {
     let kolm = |args: Vec<String>, draft: Option<PathBuf>| -> Result<Config, String> {
         let plugin = a.plugin.clone()?;
         let mut arg = args;
+        // Each run starts with an empty live index and learns from what it serves, as a fresh server would.
+        arg.push("live=mem".into());
         arg.push("misslog=off".into());
         Ok(Config { plugin: Some(plugin), plugin_arg: Some(arg.join(",")), draft_model: draft, ..base(vec![]) })
     };
@@ -293,13 +295,13 @@ mod tests {
         }
         match get(ConfigKind::Pack) {
             Planned::Run(c) => {
-                assert_eq!(c.plugin_arg.as_deref(), Some("pack=/o/m.recipes.json,context=0,misslog=off"));
-                assert_eq!(c.flags(), "--spec-plugin /lib/libkolm_rsd.so --spec-plugin-arg pack=/o/m.recipes.json,context=0,misslog=off");
+                assert_eq!(c.plugin_arg.as_deref(), Some("pack=/o/m.recipes.json,context=0,live=mem,misslog=off"));
+                assert_eq!(c.flags(), "--spec-plugin /lib/libkolm_rsd.so --spec-plugin-arg pack=/o/m.recipes.json,context=0,live=mem,misslog=off");
             }
             other => panic!("{other:?}"),
         }
         match get(ConfigKind::PackContext) {
-            Planned::Run(c) => assert_eq!(c.plugin_arg.as_deref(), Some("pack=/o/m.recipes.json,misslog=off")),
+            Planned::Run(c) => assert_eq!(c.plugin_arg.as_deref(), Some("pack=/o/m.recipes.json,live=mem,misslog=off")),
             other => panic!("{other:?}"),
         }
         for k in [ConfigKind::DraftSimple, ConfigKind::Shortlist, ConfigKind::PackShortlist, ConfigKind::FullHeadFixed] {

@@ -133,11 +133,11 @@ fn server_options(o: &LoadOptions, c: LoadConfig, slots: u32) -> ServerOptions {
         LoadConfig::PlainStrict => s.extra.push("--strict-batching".into()),
         LoadConfig::KolmIdle => {
             s.plugin = Some(o.plugin.clone());
-            s.plugin_arg = Some("pack=off,context=0,misslog=off".into());
+            s.plugin_arg = Some("pack=off,context=0,live=off,misslog=off".into());
         }
         LoadConfig::Kolm => {
             s.plugin = Some(o.plugin.clone());
-            s.plugin_arg = Some(format!("pack={},misslog={}", o.pack.display(), o.out.join("load-misses.jsonl").display()));
+            s.plugin_arg = Some(format!("pack={},live=mem,misslog={}", o.pack.display(), o.out.join("load-misses.jsonl").display()));
         }
     }
     s
@@ -332,8 +332,8 @@ mod tests {
         assert!(server_options(&o, LoadConfig::Plain, 4).plugin.is_none());
         assert_eq!(server_options(&o, LoadConfig::PlainStrict, 4).extra, ["--strict-batching"]);
         let idle = server_options(&o, LoadConfig::KolmIdle, 4);
-        assert_eq!(idle.plugin_arg.as_deref(), Some("pack=off,context=0,misslog=off"));
+        assert_eq!(idle.plugin_arg.as_deref(), Some("pack=off,context=0,live=off,misslog=off"));
         assert_eq!(idle.n_parallel, 4);
-        assert!(server_options(&o, LoadConfig::Kolm, 8).plugin_arg.unwrap().starts_with("pack=m.recipes.json,misslog="));
+        assert!(server_options(&o, LoadConfig::Kolm, 8).plugin_arg.unwrap().starts_with("pack=m.recipes.json,live=mem,misslog="));
     }
 }

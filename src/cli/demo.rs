@@ -61,6 +61,8 @@ pub fn run(a: &DemoArgs) -> CliResult {
 
     let mut opts = ServerOptions::new(&model_path, &a.out.join("plugin.log"));
     opts.plugin = Some(plugin_path().ok_or("libkolm_rsd.so not found next to kolm-rsd (build with cargo build --release)")?);
+    // A live index kept from an earlier demo would already know these answers: every run starts empty.
+    opts.plugin_arg = Some("live=mem".into());
     let spec = Server::start(&opts)?;
     let fast: Vec<Completion> = prompts.iter().map(|p| spec.complete(p, a.n_predict)).collect::<Result<_, _>>()?;
     spec.stop();
