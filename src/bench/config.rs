@@ -15,6 +15,8 @@ pub mod plugin_keys {
     pub const PACK_OFF: &str = "pack=off";
     /// The draft GGUF of the shortlist drafter.
     pub const DRAFT: &str = "draft";
+    /// The live index's file (restarted from it: `kolm-live-kept`).
+    pub const LIVE: &str = "live";
     /// The shortlist file of the shortlist drafter.
     pub const SHORTLIST: &str = "shortlist";
     /// The draft model scores its full head instead of a shortlist.
@@ -38,11 +40,13 @@ pub enum ConfigKind {
     PackShortlist,
     ShortlistFixed,
     FullHeadFixed,
+    Live,
+    LiveKept,
 }
 
 impl ConfigKind {
     /// Every configuration, in report order.
-    pub const ALL: [ConfigKind; 12] = [
+    pub const ALL: [ConfigKind; 14] = [
         ConfigKind::None,
         ConfigKind::NgramSimple,
         ConfigKind::NgramMapK,
@@ -55,6 +59,8 @@ impl ConfigKind {
         ConfigKind::PackShortlist,
         ConfigKind::ShortlistFixed,
         ConfigKind::FullHeadFixed,
+        ConfigKind::Live,
+        ConfigKind::LiveKept,
     ];
 
     pub fn name(self) -> &'static str {
@@ -71,6 +77,8 @@ impl ConfigKind {
             ConfigKind::PackShortlist => "kolm-pack+shortlist",
             ConfigKind::ShortlistFixed => "kolm-shortlist-fixed",
             ConfigKind::FullHeadFixed => "kolm-fullhead-fixed",
+            ConfigKind::Live => "kolm-live",
+            ConfigKind::LiveKept => "kolm-live-kept",
         }
     }
 
@@ -122,6 +130,8 @@ pub fn draft_for(model: &str) -> Option<&'static str> {
 pub struct Assets {
     /// libkolm_rsd.so.
     pub plugin: Result<PathBuf, String>,
+    /// Where `kolm-live-kept` keeps its live index (made anew by each server start before its warm-up).
+    pub live_file: PathBuf,
     /// A draft GGUF with the target's tokenizer.
     pub draft_model: Result<PathBuf, String>,
     /// The recipe pack compiled for this model and workload.
@@ -196,7 +206,9 @@ fn plan_one(kind: ConfigKind, a: &Assets) -> Planned {
         let plugin = a.plugin.clone()?;
         let mut arg = args;
         // Each run starts with an empty live index and learns from what it serves, as a fresh server would.
-        arg.push("live=mem".into());
+        if !arg.iter().any(|a| a.starts_with("live=")) {
+            arg.push("live=mem".into());
+        }
         arg.push("misslog=off".into());
         Ok(Config { plugin: Some(plugin), plugin_arg: Some(arg.join(",")), draft_model: draft, ..base(vec![]) })
     };
@@ -234,6 +246,9 @@ fn plan_one(kind: ConfigKind, a: &Assets) -> Planned {
             .clone()
             .and_then(|p| kolm(vec![format!("pack={}", p.display()), plugin_keys::CONTEXT_OFF.into()], None)),
         ConfigKind::PackContext => a.pack.clone().and_then(|p| kolm(vec![format!("pack={}", p.display())], None)),
+        // No compiled pack: the request's copies and what the server learns from its traffic.
+        ConfigKind::Live => kolm(vec![plugin_keys::PACK_OFF.into()], None),
+        ConfigKind::LiveKept => kolm(vec![plugin_keys::PACK_OFF.into(), format!("{}={}", plugin_keys::LIVE, a.live_file.display())], None),
         ConfigKind::Shortlist => model_only(Some(a.shortlist.clone()), false),
         ConfigKind::ShortlistFixed => model_only(Some(a.shortlist.clone()), true),
         ConfigKind::FullHeadFixed => model_only(None, true),
@@ -268,6 +283,7 @@ mod tests {
             pack: Ok("/o/m.recipes.json".into()),
             lookup_caches: Ok(("/o/s.lcs".into(), "/o/d.lcd".into())),
             shortlist: Err("no shortlist".into()),
+            live_file: "/o/m.live.json".into(),
         }
     }
 

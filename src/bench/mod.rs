@@ -70,6 +70,9 @@ pub struct BenchOptions {
     pub threads: Option<u32>,
     /// Passes over the prompts.
     pub repeat: usize,
+    /// Training prompts every server answers before the measured ones, unmeasured: traffic it has already
+    /// seen (what a live index or ngram-mod's pool learns from).
+    pub warm: usize,
     pub out: PathBuf,
     pub sampling: SamplingSpec,
     /// Shortlist file for the draft model (default: `DRAFT.shortlist.json` beside the draft GGUF).
@@ -97,6 +100,7 @@ impl BenchOptions {
             slots: vec![1, 4],
             threads: default_threads(),
             repeat: 1,
+            warm: 0,
             out: PathBuf::from("bench-out"),
             sampling: SamplingSpec { max_tokens: 96, ..SamplingSpec::default() },
             shortlist: None,
@@ -263,6 +267,7 @@ pub fn run(opts: &BenchOptions, packs: Option<&PackBuilder>, obs: &dyn Observer)
             }
             let template = |u: &str| crate::compile::templated(&model, u);
             let prompts: Vec<BenchPrompt> = held.iter().map(|p| BenchPrompt { id: p.id.clone(), text: template(&p.text) }).collect();
+            let traffic: Vec<BenchPrompt> = train.iter().take(opts.warm).map(|p| BenchPrompt { id: p.id.clone(), text: template(&p.text) }).collect();
             let longest = prompts.iter().map(|p| model.tokenize(&p.text, true, true).map(|t| t.len())).collect::<Result<Vec<_>, _>>()?;
             let longest = longest.into_iter().max().unwrap_or(0);
             let n_ctx = ((longest + opts.n_predict as usize + 64).next_multiple_of(256)).max(512) as u32;
@@ -275,6 +280,7 @@ pub fn run(opts: &BenchOptions, packs: Option<&PackBuilder>, obs: &dyn Observer)
                 pack: Err("no pack configuration asked for".into()),
                 lookup_caches: Err("not asked for".into()),
                 shortlist: shortlist.clone(),
+                live_file: log_dir.join(&stem).join("kolm-live-kept.live.json"),
             };
             let (mut train_prompts, mut train_tokens, mut pack_note) = (0, 0, None);
             let mut built_runs: Option<Vec<prep::TrainRun>> = None;
@@ -321,6 +327,7 @@ pub fn run(opts: &BenchOptions, packs: Option<&PackBuilder>, obs: &dyn Observer)
                     model: &path,
                     prompts: &prompts,
                     warmup: &template("Say hello."),
+                    traffic: &traffic,
                     n_predict: opts.n_predict,
                     slots,
                     threads: opts.threads,

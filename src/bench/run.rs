@@ -26,6 +26,8 @@ pub struct RunSpec<'a> {
     pub prompts: &'a [BenchPrompt],
     /// A prompt for the unmeasured warm-up request of each server (not one of the measured prompts).
     pub warmup: &'a str,
+    /// Prompts each server answers after start, unmeasured, before the measured ones (none of them).
+    pub traffic: &'a [BenchPrompt],
     pub n_predict: u32,
     pub slots: u32,
     pub threads: Option<u32>,
@@ -160,7 +162,27 @@ pub fn run_interleaved(spec: &RunSpec, configs: &[Config], obs: &dyn Observer) -
             threads: spec.threads,
             log: log.to_path_buf(),
         };
-        match Server::start(&opts).and_then(|s| s.complete(spec.warmup, 8).map(|_| s)) {
+        if c.kind == ConfigKind::LiveKept {
+            // Each start learns anew from the warm-up traffic only, never from an earlier pass's measured prompts.
+            if let Some(f) = c.plugin_arg.as_deref().and_then(|a| a.split(',').find_map(|kv| kv.strip_prefix("live="))) {
+                let _ = std::fs::remove_file(f);
+            }
+        }
+        let warm = |s: Server| -> Result<Server, crate::server::ServerError> {
+            s.complete(spec.warmup, 8)?;
+            for p in spec.traffic {
+                s.complete(&p.text, spec.n_predict)?;
+            }
+            if c.kind != ConfigKind::LiveKept || spec.traffic.is_empty() {
+                return Ok(s);
+            }
+            // Stopped (the live index is saved) and started again from what it saved: a restart.
+            s.stop();
+            let again = Server::start(&ServerOptions { log: log.with_extension("restart.log"), ..opts.clone() })?;
+            again.complete(spec.warmup, 8)?;
+            Ok(again)
+        };
+        match Server::start(&opts).and_then(warm) {
             Ok(s) => Ok(Some(s)),
             Err(e) => {
                 let msg = e.to_string();

@@ -1,7 +1,7 @@
 //! `kolm-rsd bench`: kolm-rsd against llama.cpp's own drafters, side by side in one run, with the ceiling.
 
 use clap::Args;
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::ProgressBar;
 use kolm_rsd::bench::load::{self, LoadConfig, LoadOptions};
 use kolm_rsd::bench::{self, config::ConfigKind, prep, report, BenchOptions, Observer};
 use kolm_rsd::compile::templated;
@@ -22,7 +22,8 @@ pub struct BenchArgs {
     #[arg(long, value_delimiter = ',')]
     workloads: Option<Vec<String>>,
     /// Configurations (default: all): none, ngram-simple, ngram-map-k, ngram-mod, ngram-cache, draft-simple,
-    /// kolm-pack, kolm-pack+ctx, kolm-shortlist, kolm-pack+shortlist, kolm-shortlist-fixed, kolm-fullhead-fixed.
+    /// kolm-pack, kolm-pack+ctx, kolm-shortlist, kolm-pack+shortlist, kolm-shortlist-fixed, kolm-fullhead-fixed,
+    /// kolm-live (no pack: copies and the live index), kolm-live-kept (the same, restarted after --warm).
     #[arg(long)]
     configs: Option<String>,
     /// Tokens generated per request (greedy).
@@ -44,6 +45,10 @@ pub struct BenchArgs {
     /// in reverse order; the rows pool them).
     #[arg(long)]
     repeat: Option<usize>,
+    /// Training prompts every server answers, unmeasured, before the held-out ones: traffic it has already seen
+    /// (kolm-live learns from it; kolm-live-kept is restarted after it, from its saved live index).
+    #[arg(long)]
+    warm: Option<usize>,
     /// Teacher samples per training prompt (pack and lookup caches).
     #[arg(long)]
     samples: Option<usize>,
@@ -140,6 +145,9 @@ pub fn run(a: BenchArgs) -> Result<i32, Box<dyn std::error::Error>> {
     if let Some(n) = a.repeat {
         o.repeat = n.max(1);
     }
+    if let Some(n) = a.warm {
+        o.warm = n;
+    }
     if let Some(n) = a.samples {
         o.sampling.samples = n.max(1);
     }
@@ -149,7 +157,6 @@ pub fn run(a: BenchArgs) -> Result<i32, Box<dyn std::error::Error>> {
     o.out = a.out;
 
     let obs = Bar(progress());
-    kolm_rsd::llama::quiet_logs();
     let builder = prep::compile_pack_builder();
     let result = bench::run(&o, Some(&*builder), &obs);
     obs.0.finish_and_clear();
@@ -189,7 +196,6 @@ fn run_load(a: BenchArgs) -> Result<i32, Box<dyn std::error::Error>> {
     }
     let plugin = server::plugin_path().ok_or("libkolm_rsd.so is not next to this executable (cargo build --release)")?;
     let workloads = a.workloads.clone().unwrap_or_else(|| vec!["json-extraction".into(), "mt-bench".into()]);
-    kolm_rsd::llama::quiet_logs();
     let m = Model::load(&model, &ModelOptions { n_gpu_layers: 0 })?;
     let held = |w: &str| -> Result<Vec<String>, Box<dyn std::error::Error>> {
         let (_, held) = workload::split(&workload::load(w)?);
@@ -241,11 +247,5 @@ fn run_load(a: BenchArgs) -> Result<i32, Box<dyn std::error::Error>> {
 }
 
 fn progress() -> ProgressBar {
-    let pb = ProgressBar::new(0);
-    pb.set_style(
-        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} ETA {eta} {wide_msg}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
-    pb.enable_steady_tick(Duration::from_millis(250));
-    pb
+    super::progress::bar(0, "{msg} [{bar:30}] {pos}/{len} requests, {elapsed_precise} elapsed, eta {eta}", "bench")
 }

@@ -5,7 +5,7 @@
 use super::pack::{run_compile, CompileArgs};
 use super::CliResult;
 use kolm_rsd::compile::templated;
-use kolm_rsd::llama::{self, Model, ModelOptions};
+use kolm_rsd::llama::{Model, ModelOptions};
 use kolm_rsd::server::{plugin_path, plugin_summary, Completion, Server, ServerOptions};
 use kolm_rsd::{engine, fetch, workload};
 use std::path::PathBuf;
@@ -48,7 +48,6 @@ pub fn run(a: &DemoArgs) -> CliResult {
     }
 
     println!("3/3 serving the held-out prompts with llama-server, without and with --spec-plugin");
-    llama::quiet_logs();
     let model = Model::load(&model_path, &ModelOptions { n_gpu_layers: 0 })?;
     let (_, held) = workload::split(&workload::load("json-extraction")?);
     let prompts: Vec<String> = held.iter().map(|p| templated(&model, &p.text)).collect();

@@ -7,6 +7,7 @@ mod bench;
 mod demo;
 mod model;
 mod pack;
+mod progress;
 mod replay;
 mod shortlist;
 mod stress;
@@ -14,6 +15,9 @@ mod stress;
 #[derive(Parser)]
 #[command(name = "kolm-rsd", version, about = "Speculative decoding for llama.cpp: recipe packs and shortlist drafting")]
 struct Cli {
+    /// Show llama.cpp's own log (model loading, backends) on stderr.
+    #[arg(short, long, global = true)]
+    verbose: bool,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -57,6 +61,9 @@ enum Cmd {
 
 pub fn run() -> i32 {
     let cli = Cli::parse();
+    if !cli.verbose {
+        kolm_rsd::llama::quiet_logs();
+    }
     let result = match cli.cmd {
         Cmd::Model(c) => model::run(c),
         Cmd::Compile(a) => pack::run_compile(&a).map(|_| ()),

@@ -32,7 +32,6 @@ pub struct ReplayArgs {
 }
 
 pub fn run(a: &ReplayArgs) -> CliResult {
-    llama::quiet_logs();
     let model = Model::load(&a.model, &ModelOptions::default())?;
     let pack = match a.pack.as_deref() {
         Some("off") => None,

@@ -1,10 +1,10 @@
 //! `kolm-rsd shortlist build` and `kolm-rsd shortlist report`: static shortlists for a restricted LM head.
 
 use super::CliResult;
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::ProgressBar;
 use kolm_rsd::compile::templated;
 use kolm_rsd::head::{certify, exact_dot, needs_full_head, principal_directions, top2, HeadInfo, HeadOptions, HeadRows, ProjectedBound, SubsetHead};
-use kolm_rsd::llama::{self, argmax, Model, ModelOptions, Token};
+use kolm_rsd::llama::{argmax, Model, ModelOptions, Token};
 use kolm_rsd::pack::write_atomic;
 use kolm_rsd::vocab;
 use kolm_rsd::shortlist::{always_tokens, rank_of, score_positions, top_ids, Coverage, Histogram, Method, Shortlist, COVERAGE_KS};
@@ -128,14 +128,7 @@ pub fn run(cmd: ShortlistCmd) -> CliResult {
 }
 
 fn bar(len: u64, what: &str, unit: &str) -> ProgressBar {
-    let b = ProgressBar::new(len);
-    b.set_style(
-        ProgressStyle::with_template(&format!("{{msg}} [{{bar:30}}] {{pos}}/{{len}} {unit}, {{elapsed}} elapsed, eta {{eta}}"))
-            .unwrap()
-            .progress_chars("=> "),
-    );
-    b.set_message(what.to_string());
-    b
+    super::progress::bar(len, &format!("{{msg}} [{{bar:30}}] {{pos}}/{{len}} {unit}, {{elapsed}} elapsed, eta {{eta}}"), what)
 }
 
 /// Token texts to score: each prompt with the model's chat template, followed by the teacher's greedy
@@ -181,7 +174,6 @@ fn texts(model: &Model, sources: &[String], split: Split, t: &TextArgs) -> Resul
 }
 
 fn build(a: &BuildArgs) -> CliResult {
-    llama::quiet_logs();
     let model = Model::load(&a.model, &ModelOptions::default())?;
     let fp = vocab::fingerprint(&model);
     let n_vocab = model.n_vocab();
@@ -263,7 +255,6 @@ fn fold_boundary(text_lens: &[usize]) -> usize {
 }
 
 fn report(a: &ReportArgs) -> CliResult {
-    llama::quiet_logs();
     let model = Model::load(&a.model, &ModelOptions::default())?;
     let n_vocab = model.n_vocab();
     let n_embd = model.n_embd();

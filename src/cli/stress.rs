@@ -3,7 +3,7 @@
 
 use super::CliResult;
 use kolm_rsd::compile::templated;
-use kolm_rsd::llama::{self, Model, ModelOptions};
+use kolm_rsd::llama::{Model, ModelOptions};
 use kolm_rsd::stress::crash::{self, CrashOptions};
 use kolm_rsd::stress::soak::{self, SoakOptions};
 use kolm_rsd::stress::{self, Prompts, StressOptions, Target};
@@ -84,7 +84,6 @@ fn setup(c: &Common) -> Result<(Target, Prompts), Box<dyn std::error::Error>> {
         return Err(format!("no recipe pack at {} (run `kolm-rsd demo` or `kolm-rsd compile`, or pass --pack)", pack.display()).into());
     }
     let plugin = server::plugin_path().ok_or("libkolm_rsd.so is not next to this executable (cargo build --release)")?;
-    llama::quiet_logs();
     let m = Model::load(&model, &ModelOptions { n_gpu_layers: 0 })?;
     let prompts = build_prompts(&m, c.slot_ctx)?;
     let target = Target { model, pack, plugin, n_parallel: c.np, slot_ctx: c.slot_ctx, n_predict: c.n_predict, out: c.out.clone() };

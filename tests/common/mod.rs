@@ -94,6 +94,10 @@ pub fn small_pack() -> PathBuf {
     opts.sampling.max_tokens = 96;
     let r = compile(&model, "smollm2", &prompts, &opts, &indicatif::ProgressBar::hidden()).unwrap();
     assert!(!r.pack.entries().is_empty(), "the compile found no deterministic token");
+    // No draft model is known to a compile: it recommends the pack (with copies) or nothing, by the replay.
+    let s = r.heldout_speedup.expect("held-out prompts were replayed");
+    let want = if s >= kolm_rsd::compile::RECOMMEND_MIN_SPEEDUP { kolm_rsd::pack::Recommended::Pack } else { kolm_rsd::pack::Recommended::None };
+    assert_eq!(r.pack.meta.recommended, want, "replayed {s:.2}x");
     kolm_rsd::pack::write_atomic(&path, &r.pack.to_vec()).unwrap();
     path
 }
