@@ -72,6 +72,13 @@ fn a_second_request_drafts_from_the_first_and_keeps_it_across_a_restart() {
     // The plugin never sees the last token or two of a request (sampled after its last draft call).
     assert!(saved.fed <= answered && saved.fed + 3 * 2 >= answered, "{} answer tokens counted, {answered} answered", saved.fed);
 
+    // What the server learned merges into a compiled pack's format with the CLI.
+    let merged = dir.join("merged.recipes.json");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kolm-rsd")).arg("merge").arg(&live).arg("-o").arg(&merged).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let pack = kolm_rsd::pack::Pack::from_slice(&std::fs::read(&merged).unwrap(), "merged", Some(&saved.tokenizer), None).unwrap();
+    assert!(!pack.entries().is_empty() && pack.entries().len() < saved.entries.len(), "{} of {}", pack.entries().len(), saved.entries.len());
+
     let server = live_server(&dir, &live, "second.log");
     let after = server.complete(&prompts[0], N).unwrap();
     check(&after, &want[0], "after a restart");

@@ -38,7 +38,8 @@ enum Cmd {
         #[arg(long, default_value_t = 20)]
         top: usize,
     },
-    /// Merge packs of the same tokenizer (no entry is ever dropped).
+    /// Merge packs of the same tokenizer (no entry is ever dropped); a live index file (`~/.cache/kolm-rsd/live/`)
+    /// merges as the recipes it holds by the compile's rule.
     Merge {
         #[arg(required = true)]
         inputs: Vec<PathBuf>,

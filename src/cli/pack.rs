@@ -99,9 +99,14 @@ pub fn run_compile(a: &CompileArgs) -> Result<CompileReport, Box<dyn std::error:
     Ok(report)
 }
 
-/// Reads a pack without a model (no tokenizer check) for inspect/merge.
+/// Reads a pack without a model (no tokenizer check) for inspect/merge. A live index (what a server learned
+/// from its traffic) reads as the pack of its contexts that pass the compile's own rule.
 fn read(path: &Path) -> Result<Pack, Box<dyn std::error::Error>> {
     let bytes = std::fs::read(path).map_err(|e| format!("recipe pack {}: {e}", path.display()))?;
+    if kolm_rsd::live::file::is_live(&bytes) {
+        let saved = kolm_rsd::live::file::Saved::from_slice(&bytes, &path.display().to_string(), None, None)?;
+        return Ok(saved.to_pack(&kolm_rsd::align::BuildConfig::default())?);
+    }
     Ok(Pack::from_slice(&bytes, &path.display().to_string(), None, None)?)
 }
 
