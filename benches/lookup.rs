@@ -11,6 +11,7 @@ use kolm_rsd::draft::syntax::TokenTexts;
 use kolm_rsd::draft::{Drafter, DrafterConfig};
 use kolm_rsd::hash::window_key;
 use kolm_rsd::index::Index;
+use kolm_rsd::live::{Live, LiveConfig};
 use kolm_rsd::pack::{CompileParams, Entry, EntryKind, ModelInfo, Pack, PackMeta, Recommended};
 use kolm_rsd::shape::ShapeTable;
 
@@ -220,6 +221,27 @@ fn main() {
             pct(&mut t, 0.5), pct(&mut t, 0.9), pct(&mut t, 0.99), pct(&mut t, 1.0),
             drafted as f64 / 200_000.0, st.literal_hits, st.shape_hits, st.context_hits
         );
+    }
+
+    println!("\n== the live index: the same calls with it learning and drafting (default size, 2^18 entries) ==");
+    for (name, cfg, n_max) in [("default control, n_max 4", DrafterConfig::default(), 4), ("default control, n_max 8", DrafterConfig::default(), 8)] {
+        let mut p99 = [0u64; 2];
+        for (i, with_live) in [false, true].into_iter().enumerate() {
+            let mut d = Drafter::new(Some(Index::new(&pack, Some(sh.clone()))), cfg.clone()).with_texts(TokenTexts::new(&refs(&texts)));
+            if with_live {
+                d = d.with_live(Live::new(LiveConfig::default(), Some(sh.clone())));
+            }
+            run(&mut d, &s, 20_000, n_max);
+            let (mut t, _) = run(&mut d, &s, 200_000, n_max);
+            p99[i] = pct(&mut t, 0.99);
+            if let Some(l) = d.live() {
+                let st = d.global_stats();
+                println!(
+                    "{name:26} p50 {:5} ns  p99 {:5} ns (without it {:5} ns: {:+} ns) | live hits {}, {} of {} entries, {} KiB, {} tokens learned",
+                    pct(&mut t, 0.5), p99[1], p99[0], p99[1] as i64 - p99[0] as i64, st.live_hits, l.len(), l.capacity(), l.bytes() >> 10, l.fed()
+                );
+            }
+        }
     }
 
     println!("\n== pack size and load ==");

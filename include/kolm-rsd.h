@@ -166,6 +166,19 @@ enum kolm_rsd_result kolm_rsd_begin(struct kolm_rsd *rsd,
                                     size_t n_prompt);
 
 /*
+ The request just begun on `seq` (after `kolm_rsd_begin`) comes with a predicted output (OpenAI's predicted
+ outputs): its tokens are a text drafts are copied from, like the request's own. The output is unchanged;
+ it only drafts. Replaces an earlier prediction of the same request.
+
+ # Safety
+ `rsd` is a live handle; `tokens` points to `n_tokens` tokens (or n_tokens is 0).
+ */
+enum kolm_rsd_result kolm_rsd_predict(struct kolm_rsd *rsd,
+                                      int32_t seq,
+                                      const int32_t *tokens,
+                                      size_t n_tokens);
+
+/*
  Proposes up to `n_max` draft tokens for `seq`. `tokens` is the sequence so far (prompt + generated),
  `id_last` the token just sampled (not in `tokens`). Writes the draft to `out`, its length to `n_out`
  (0 = no draft this step).

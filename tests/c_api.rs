@@ -24,6 +24,16 @@ fn c_propose_verify_loop_is_identical_with_context_ngrams() {
 }
 
 #[test]
+fn c_predicted_output_drafts_the_answer_and_changes_nothing() {
+    let dir = common::scratch("c-propose-verify-predict");
+    let exe = dir.join("propose_verify");
+    common::cc(&["tests/c/propose_verify.c"], &exe, false, true);
+    let (ok, out) = run(Command::new(&exe).arg(common::smol()).arg("-").arg("96").arg("predict"));
+    assert!(ok, "{out}");
+    assert!(out.contains("identical: yes"), "{out}");
+}
+
+#[test]
 fn c_propose_verify_loop_is_identical_with_a_pack() {
     let dir = common::scratch("c-propose-verify-pack");
     let exe = dir.join("propose_verify");

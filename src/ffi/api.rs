@@ -212,6 +212,22 @@ pub(crate) fn seq_index(e: &Engine, seq: i32) -> Result<usize, FfiError> {
         .ok_or_else(|| FfiError::invalid(format!("sequence {seq} out of range 0..{}", e.n_seq())))
 }
 
+/// The request just begun on `seq` (after `kolm_rsd_begin`) comes with a predicted output (OpenAI's predicted
+/// outputs): its tokens are a text drafts are copied from, like the request's own. The output is unchanged;
+/// it only drafts. Replaces an earlier prediction of the same request.
+///
+/// # Safety
+/// `rsd` is a live handle; `tokens` points to `n_tokens` tokens (or n_tokens is 0).
+#[no_mangle]
+pub unsafe extern "C" fn kolm_rsd_predict(rsd: *mut KolmRsd, seq: i32, tokens: *const i32, n_tokens: usize) -> KolmRsdResult {
+    boundary(|| {
+        // SAFETY: caller contract.
+        let (h, toks) = unsafe { (handle(rsd)?, self::tokens(tokens, n_tokens, "tokens")?) };
+        h.engine.predict(seq_index(&h.engine, seq)?, toks);
+        Ok(())
+    })
+}
+
 /// Proposes up to `n_max` draft tokens for `seq`. `tokens` is the sequence so far (prompt + generated),
 /// `id_last` the token just sampled (not in `tokens`). Writes the draft to `out`, its length to `n_out`
 /// (0 = no draft this step).
