@@ -1,6 +1,7 @@
 //! Progress that shows in a pipe as well as in a terminal. On a terminal, an indicatif bar redrawn in place;
 //! anywhere else (a CI log, `| tee`), indicatif draws nothing, so the same line is printed whole: at once when
-//! its stage (the text before the bar) changes, and otherwise at most every [`EVERY`].
+//! its stage (the text before the bar) changes, and otherwise at most every [`EVERY`]; lines printed above the
+//! bar show as they come.
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle, TermLike};
 use std::io::{IsTerminal, Write};
@@ -66,8 +67,13 @@ impl TermLike for Lines {
     fn move_cursor_left(&self, _: usize) -> std::io::Result<()> {
         Ok(())
     }
+    /// indicatif writes the lines printed above the bar (`println`) whole, and the bar's own line last with
+    /// `write_str`: the former always show.
     fn write_line(&self, s: &str) -> std::io::Result<()> {
-        self.write_str(s)
+        if !s.trim().is_empty() {
+            let _ = writeln!(std::io::stderr(), "{}", s.trim_end());
+        }
+        Ok(())
     }
     fn write_str(&self, s: &str) -> std::io::Result<()> {
         self.state.lock().unwrap_or_else(|p| p.into_inner()).line.push_str(s);
