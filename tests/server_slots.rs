@@ -84,6 +84,43 @@ fn four_concurrent_clients_match_requests_served_alone() {
     }
     let summary = common::plugin_summary(&dir.join("np4-plugin.log"));
     assert!(common::summary_number(&summary, " drafted, ") > 0, "nothing was drafted: {summary}");
+
+    // A pack that never hits, the request's copies and the live index off, the break-even control on: the
+    // plugin at 4 slots drafts nothing and changes nothing.
+    let mut idle4 = ServerOptions::new(&common::smol(), &dir.join("np4-never.log"));
+    idle4.n_parallel = 4;
+    idle4.plugin = Some(common::plugin());
+    idle4.plugin_arg = Some(format!("context=0,live=off,misslog=off,pack={}", never_hitting_pack(&dir).display()));
+    let server = Server::start(&idle4).unwrap();
+    let got = concurrently(&server, &prompts);
+    server.stop();
+    for (i, (g, r)) in got.iter().zip(&reference).enumerate() {
+        assert_eq!(g, r, "prompt {i}: kolm-rsd -np 4 with a pack that never hits differs from plain -np 1");
+    }
+    let summary = common::plugin_summary(&dir.join("np4-never.log"));
+    assert!(summary.contains("pack hits 0 literal + 0 shape"), "{summary}");
+    assert_eq!(common::summary_number(&summary, " drafts, "), 0, "tokens drafted: {summary}");
+    assert!(common::summary_number(&summary, "kolm-rsd: ") > 0, "the plugin was never asked: {summary}");
+}
+
+/// A pack for SmolLM2's tokenizer whose 64 recipes follow token ids past the vocabulary: no history matches.
+fn never_hitting_pack(dir: &std::path::Path) -> std::path::PathBuf {
+    use kolm_rsd::pack::{CompileParams, Entry, EntryKind, ModelInfo, Pack, PackMeta, Recommended};
+    let model = Model::load(&common::smol(), &ModelOptions { n_gpu_layers: 0 }).unwrap();
+    let n = model.n_vocab() as u32;
+    let entries = (0..64u32)
+        .map(|i| Entry { kind: EntryKind::Literal, n: 3, key: kolm_rsd::hash::window_key(&[n + i, n + i + 1, n + i + 2]), token: i, count: 9 })
+        .collect();
+    let meta = PackMeta {
+        tokenizer: kolm_rsd::vocab::fingerprint(&model),
+        model: ModelInfo { name: "never".into(), arch: "llama".into() },
+        compile: CompileParams { k: 4, temperature: 0.7, max_tokens: 96, prompts: 1, heldout: 0 },
+        coverage: None,
+        recommended: Recommended::Pack,
+    };
+    let path = dir.join("never.recipes.json");
+    kolm_rsd::pack::write_atomic(&path, &Pack::from_entries(meta, entries).unwrap().to_vec()).unwrap();
+    path
 }
 
 #[test]
