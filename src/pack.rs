@@ -217,6 +217,11 @@ pub fn tokenizer_fingerprint<'a>(texts: impl Iterator<Item = &'a [u8]>) -> Strin
 
 /// Writes `bytes` to `path` atomically: a temp file in the same directory, synced, then renamed.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    write_atomic_mode(path, bytes, None)
+}
+
+/// [`write_atomic`], the file created with `mode` (Unix permissions) when given.
+pub(crate) fn write_atomic_mode(path: &Path, bytes: &[u8], mode: Option<u32>) -> io::Result<()> {
     let dir = path
         .parent()
         .filter(|d| !d.as_os_str().is_empty())
@@ -230,7 +235,12 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
         std::process::id()
     ));
     let result = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
+        let mut opts = std::fs::OpenOptions::new();
+        opts.write(true).create(true).truncate(true);
+        if let Some(m) = mode {
+            std::os::unix::fs::OpenOptionsExt::mode(&mut opts, m);
+        }
+        let mut f = opts.open(&tmp)?;
         f.write_all(bytes)?;
         f.sync_all()?;
         std::fs::rename(&tmp, path)

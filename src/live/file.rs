@@ -6,9 +6,8 @@
 use super::{Live, LiveEntry};
 use crate::align::BuildConfig;
 use crate::hash::KEY_BITS;
-use crate::pack::{CompileParams, Entry, EntryKind, ModelInfo, Pack, PackError, PackMeta, Recommended, MAX_FILE_BYTES, MAX_N, MAX_TOKEN};
+use crate::pack::{write_atomic_mode, CompileParams, Entry, EntryKind, ModelInfo, Pack, PackError, PackMeta, Recommended, MAX_FILE_BYTES, MAX_N, MAX_TOKEN};
 use serde::{Deserialize, Serialize};
-use std::io::Write;
 use std::path::Path;
 
 pub const FORMAT: &str = "kolm-rsd/live";
@@ -167,21 +166,11 @@ fn entry(r: &[u64; 9], vocab: u64) -> Result<LiveEntry, String> {
 
 /// Writes `bytes` to `path` atomically with mode 0600, making its directory (0700) when missing.
 pub fn save(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
-    let name = path.file_name().ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "path has no file name"))?;
-    let tmp = dir.join(format!(".{}.tmp.{}", name.to_string_lossy(), std::process::id()));
-    let result = (|| {
-        let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
+    use std::os::unix::fs::DirBuilderExt;
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
     }
-    result
+    write_atomic_mode(path, bytes, Some(0o600))
 }
 
 #[cfg(test)]
