@@ -32,7 +32,7 @@ pub struct EngineConfig {
     pub miss_log: Option<PathBuf>,
     /// The miss log stops growing at this size.
     pub miss_log_cap: u64,
-    /// Also draft from the request's own n-grams (prompt + history).
+    /// Also draft from the request itself: copies of its text (prompt + history), the keys its prompt lists.
     pub use_context: bool,
     /// A draft model (same tokenizer as the target) consulted where the pack and n-grams have nothing.
     pub draft: Option<DraftChoice>,

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 /// A plugin that does not know one refuses to start, and the configuration is then reported as failed with
 /// the plugin's own message.
 pub mod plugin_keys {
-    /// Context n-grams of the request off (`context=0`): the pack alone.
+    /// The request itself off (`context=0`: no copies of it, no keys from its lists): the pack alone.
     pub const CONTEXT_OFF: &str = "context=0";
     /// No recipe pack, not even the one beside the model.
     pub const PACK_OFF: &str = "pack=off";

@@ -51,7 +51,7 @@ pub(super) fn build_chain(
             break;
         }
         let place = lex.place();
-        if let (None, Some(texts), Some(opener)) = (listed, texts, lex.key_start()) {
+        if let (None, true, Some(texts), Some(opener)) = (listed, cfg.use_context, texts, lex.key_start()) {
             let rev = s.chain.iter().zip(&s.chain_lex).rev().map(|(&(t, _), &l)| (l, texts.get(t)));
             let rev = rev.chain(s.answer.rev(texts, s.ctx.tokens()));
             listed = next_key(&s.enums, rev, lex.depth(), opener, &mut s.key).map(|k| (k, 0));

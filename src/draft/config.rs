@@ -60,7 +60,8 @@ pub struct DrafterConfig {
     /// Break-even control on; off drafts the whole chain found at every step (tests, benchmarks of
     /// acceptance).
     pub adaptive: bool,
-    /// Fall back to the request's own n-grams when the pack has nothing.
+    /// Draft from the request itself where the pack has nothing: copies of its text and the keys its prompt's
+    /// lists name (off: the pack, the live index and a draft model only).
     pub use_context: bool,
     /// The measured on/off gate over the control (used while `adaptive`; None: the control alone decides).
     pub gate: Option<GateConfig>,
