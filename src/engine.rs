@@ -2,7 +2,8 @@
 //! the GGUF or named), the combined drafter with break-even control, and the local miss log.
 
 use crate::draft::model::{ModelDraftConfig, ModelDrafter};
-use crate::draft::{Drafter, DrafterConfig, Miss, Stats};
+use crate::draft::syntax::TokenTexts;
+use crate::draft::{Drafter, DrafterConfig, Miss, Stats, TokenSource};
 use crate::index::Index;
 use crate::vocab::{drafter_texts, fingerprint, token_texts};
 use crate::llama::{Model, Token};
@@ -184,20 +185,21 @@ impl EngineConfig {
 
 /// Loads and validates a pack for `model`'s tokenizer.
 pub fn load_pack(path: &Path, model: &Model) -> Result<Pack, EngineError> {
-    load_pack_for(path, &token_texts(model))
+    read_pack(path, Some(&token_texts(model)))
 }
 
-/// `load_pack` with the vocabulary's texts already read (the engine needs them for shapes too).
-fn load_pack_for(path: &Path, texts: &[&[u8]]) -> Result<Pack, EngineError> {
+/// Reads and validates the pack at `path`, for the tokenizer whose token texts are `texts` when given (the
+/// engine has them already, for shapes too; the Python package inspects packs without one).
+pub fn read_pack(path: &Path, texts: Option<&[&[u8]]>) -> Result<Pack, EngineError> {
     let bytes = std::fs::read(path).map_err(|e| EngineError::Io(format!("recipe pack {}", path.display()), e))?;
-    let fp = crate::pack::tokenizer_fingerprint(texts.iter().copied());
-    Ok(Pack::from_slice(&bytes, &path.display().to_string(), Some(&fp), Some(texts.len() as u32))?)
+    let fp = texts.map(|t| crate::pack::tokenizer_fingerprint(t.iter().copied()));
+    Ok(Pack::from_slice(&bytes, &path.display().to_string(), fp.as_deref(), texts.map(|t| t.len() as u32))?)
 }
 
 /// The lookup tables of the pack at `path`, validated for the tokenizer whose token texts are `texts`
 /// ([`token_texts`], read once by the caller, who needs them for the drafter too), with its shape table.
 pub fn load_index(path: &Path, texts: &[&[u8]]) -> Result<Index, EngineError> {
-    let pack = load_pack_for(path, texts)?;
+    let pack = read_pack(path, Some(texts))?;
     Ok(Index::new(&pack, Some(ShapeTable::from_token_texts(texts))))
 }
 
@@ -227,6 +229,30 @@ impl Engine {
         // The vocabulary's texts serve the pack's tokenizer check, its shapes and the drafter's reading of answers.
         let texts = token_texts(model);
         let index = cfg.pack.as_deref().map(|p| load_index(p, &texts)).transpose()?;
+        let source = match &cfg.draft {
+            Some(d) => Some(load_draft(model, d, &cfg)?),
+            None => None,
+        };
+        Ok(Engine::assemble(index, drafter_texts(model, &texts), source, cfg))
+    }
+
+    /// An engine for a tokenizer known only by its token texts in id order (the raw vocabulary strings, as
+    /// [`token_texts`] reads them from a GGUF: a Hugging Face tokenizer's `convert_ids_to_tokens`) and its
+    /// control tokens: what the Python package drives for vLLM, which has no llama.cpp model. The pack is
+    /// checked against the fingerprint of these texts; a draft model is refused (its tokenizer could not be
+    /// checked against the target's).
+    pub fn from_texts(texts: &[&[u8]], control: impl Fn(Token) -> bool, cfg: EngineConfig) -> Result<Engine, EngineError> {
+        if let Some(d) = &cfg.draft {
+            return Err(EngineError::Arg(format!(
+                "draft model {}: an engine built from token texts has no llama.cpp model to check its tokenizer against",
+                d.model.display()
+            )));
+        }
+        let index = cfg.pack.as_deref().map(|p| load_index(p, texts)).transpose()?;
+        Ok(Engine::assemble(index, TokenTexts::new(texts).with_control(control), None, cfg))
+    }
+
+    fn assemble(index: Option<Index>, texts: TokenTexts, source: Option<Box<dyn TokenSource>>, cfg: EngineConfig) -> Engine {
         let pack = cfg.pack.clone().zip(index.as_ref().map(Index::len));
         let dcfg = DrafterConfig {
             n_seq: cfg.n_seq,
@@ -235,29 +261,11 @@ impl Engine {
             use_context: cfg.use_context,
             ..DrafterConfig::default()
         };
-        let mut drafter = Drafter::new(index, dcfg).with_texts(drafter_texts(model, &texts));
-        if let Some(d) = &cfg.draft {
-            let md = ModelDrafter::load(&ModelDraftConfig {
-                model: d.model.clone(),
-                shortlist: d.shortlist.clone(),
-                margin: d.margin,
-                request_rows: d.request_rows,
-                n_seq: cfg.n_seq,
-                n_ctx: cfg.n_ctx,
-                n_threads: cfg.n_threads,
-            })?;
-            let (want, got) = (fingerprint(model), fingerprint(md.model()));
-            if want != got || model.n_vocab() != md.model().n_vocab() {
-                return Err(EngineError::Arg(format!(
-                    "draft model {}: its tokenizer differs from the target's (fingerprint {got}, {} tokens; the target has {want}, {} tokens)",
-                    d.model.display(),
-                    md.model().n_vocab(),
-                    model.n_vocab()
-                )));
-            }
-            drafter = drafter.with_source(Box::new(md));
+        let mut drafter = Drafter::new(index, dcfg).with_texts(texts);
+        if let Some(source) = source {
+            drafter = drafter.with_source(source);
         }
-        Ok(Engine {
+        Engine {
             drafter,
             draft: cfg.draft.clone(),
             n_seq: cfg.n_seq,
@@ -266,7 +274,7 @@ impl Engine {
             misses: Vec::new(),
             misses_logged: 0,
             clock: Instant::now(),
-        })
+        }
     }
 
     pub fn n_seq(&self) -> usize {
@@ -375,6 +383,29 @@ impl Engine {
             self.drafter.source_summary().map_or(String::new(), |m| format!("; {m}"))
         )
     }
+}
+
+/// The draft model of `d`, refused unless its tokenizer is the target's.
+fn load_draft(model: &Model, d: &DraftChoice, cfg: &EngineConfig) -> Result<Box<dyn TokenSource>, EngineError> {
+    let md = ModelDrafter::load(&ModelDraftConfig {
+        model: d.model.clone(),
+        shortlist: d.shortlist.clone(),
+        margin: d.margin,
+        request_rows: d.request_rows,
+        n_seq: cfg.n_seq,
+        n_ctx: cfg.n_ctx,
+        n_threads: cfg.n_threads,
+    })?;
+    let (want, got) = (fingerprint(model), fingerprint(md.model()));
+    if want != got || model.n_vocab() != md.model().n_vocab() {
+        return Err(EngineError::Arg(format!(
+            "draft model {}: its tokenizer differs from the target's (fingerprint {got}, {} tokens; the target has {want}, {} tokens)",
+            d.model.display(),
+            md.model().n_vocab(),
+            model.n_vocab()
+        )));
+    }
+    Ok(Box::new(md))
 }
 
 /// "on 40 / off 9 windows (62.1 / 55.0 tok/s)": how the measured gate ran.
