@@ -79,8 +79,7 @@ impl Drafter {
         let engine = py.detach(|| {
             let mut cfg = EngineConfig::from_plugin_arg(arg, &model.to_string_lossy()).map_err(engine_error)?;
             cfg.n_seq = n_seq;
-            let m = kolm_rsd::llama::Model::load(&model, &kolm_rsd::llama::ModelOptions { n_gpu_layers: 0 })
-                .map_err(|e| KolmRsdError::new_err(e.to_string()))?;
+            let m = crate::vocab::load_gguf(&model).map_err(|e| KolmRsdError::new_err(e.to_string()))?;
             Engine::new(&m, cfg).map_err(engine_error)
         })?;
         Ok(Drafter::wrap(engine))

@@ -6,6 +6,7 @@ mod drafter;
 mod error;
 mod pack;
 mod tokens;
+mod vocab;
 
 use pyo3::prelude::*;
 
@@ -21,7 +22,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(pack::tokenizer_fingerprint, m)?)?;
     m.add_function(wrap_pyfunction!(pack::pack_beside, m)?)?;
     m.add_function(wrap_pyfunction!(pack::default_miss_log, m)?)?;
-    m.add_function(wrap_pyfunction!(tokens::gguf_vocab, m)?)?;
+    m.add_function(wrap_pyfunction!(vocab::gguf_vocab, m)?)?;
     m.add("MAX_DRAFT", kolm_rsd::draft::control::INVARIANT_DRAFT)?;
     Ok(())
 }

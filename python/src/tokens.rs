@@ -1,11 +1,9 @@
 //! Arguments as Python passes them: token ids as a list of ints or as the bytes of an int32 array (what
 //! `numpy.ndarray.tobytes()` gives, one copy instead of one Python int per token), token texts as bytes or str.
 
-use kolm_rsd::llama::{Model, ModelOptions};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyString};
-use std::path::PathBuf;
 
 /// Token ids from `bytes` (int32, native byte order) or any sequence of ints.
 pub fn token_ids(obj: &Bound<'_, PyAny>) -> PyResult<Vec<i32>> {
@@ -41,20 +39,4 @@ pub fn token_texts(seq: &Bound<'_, PyAny>) -> PyResult<Vec<Vec<u8>>> {
 /// Borrowed views of `texts`, as the core takes them.
 pub fn views(texts: &[Vec<u8>]) -> Vec<&[u8]> {
     texts.iter().map(Vec::as_slice).collect()
-}
-
-/// The vocabulary of a GGUF model as llama.cpp reads it: every token's raw text in id order, and the ids of its
-/// control and end-of-generation tokens (what the plugin's drafter gets from the same model).
-#[pyfunction]
-pub fn gguf_vocab(py: Python<'_>, path: PathBuf) -> PyResult<(Vec<Py<PyBytes>>, Vec<i32>)> {
-    let (texts, control) = py
-        .detach(|| {
-            let model = Model::load(&path, &ModelOptions { n_gpu_layers: 0 })?;
-            let texts = kolm_rsd::vocab::token_texts(&model);
-            let drafter = kolm_rsd::vocab::drafter_texts(&model, &texts);
-            let control = (0..texts.len() as i32).filter(|&t| drafter.is_control(t)).collect::<Vec<_>>();
-            Ok::<_, kolm_rsd::llama::LlamaError>((texts.into_iter().map(<[u8]>::to_vec).collect::<Vec<_>>(), control))
-        })
-        .map_err(|e| crate::error::KolmRsdError::new_err(e.to_string()))?;
-    Ok((texts.iter().map(|t| PyBytes::new(py, t).unbind()).collect(), control))
 }
