@@ -2,6 +2,7 @@
 
 from collections.abc import Iterable, Sequence
 from os import PathLike
+from pathlib import Path
 from typing import Union
 
 #: Token ids: a sequence of ints, or the bytes of an int32 array in native byte order.
@@ -27,7 +28,7 @@ class Pack:
     def __init__(self, path: StrPath, token_texts: Iterable[Union[bytes, str]] | None = None) -> None:
         """Loads and validates the pack; with ``token_texts`` also refuses one for another tokenizer."""
     @property
-    def path(self) -> str: ...
+    def path(self) -> Path: ...
     @property
     def tokenizer(self) -> str:
         """Fingerprint of the tokenizer it was compiled for (see :func:`tokenizer_fingerprint`)."""
@@ -133,10 +134,10 @@ def tokenizer_fingerprint(token_texts: Iterable[Union[bytes, str]]) -> str:
     """The fingerprint packs are checked against: SHA-256 over each token's raw text (u32 LE length, then
     bytes) in id order, first 16 bytes in hex; what the plugin computes from llama.cpp's vocabulary."""
 
-def pack_beside(model: StrPath) -> str:
+def pack_beside(model: StrPath) -> Path:
     """Where the plugin finds a model's pack: ``dir/M.gguf`` → ``dir/M.recipes.json``."""
 
-def default_miss_log(model: StrPath) -> str:
+def default_miss_log(model: StrPath) -> Path:
     """The plugin's default miss log for a model: ``~/.cache/kolm-rsd/misses/<stem>.jsonl``."""
 
 def gguf_vocab(path: StrPath) -> tuple[list[bytes], list[int]]:
