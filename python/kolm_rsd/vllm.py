@@ -36,6 +36,8 @@ from ._native import Drafter
 
 #: Tokens a row's identity is checked on, from its start.
 _HEAD = 16
+#: Steps between summary lines on stderr: vLLM ends its worker processes without running atexit handlers.
+_REPORT_EVERY = 256
 
 
 def find_pack(model: str, env: Optional[str] = None) -> Optional[Path]:
@@ -155,6 +157,8 @@ class Proposer:
             req.draft = draft[: max(0, self.max_model_len - req.n)]
             out[i] = req.draft
         self._seconds += time.perf_counter() - t0
+        if self._step % _REPORT_EVERY == 0:
+            self._report()
         return out
 
     def _take(self, idle: dict) -> Optional[int]:
