@@ -50,6 +50,8 @@ fn main() {
         println!("cargo:rustc-link-lib=dylib={lib}");
     }
     println!("cargo:rustc-link-arg=-Wl,-rpath,{}", bin.display());
+    // Crates that link this one (python/) read it as DEP_LLAMA_BIN: a link arg does not reach them.
+    println!("cargo:bin={}", bin.display());
     println!("cargo:rustc-env=KOLM_LLAMA_BIN_DIR={}", bin.display());
     println!("cargo:rustc-env=KOLM_LLAMA_SRC_DIR={}", src.display());
 
@@ -240,9 +242,14 @@ fn apply_patch(tree: &Path, patch: &Path) {
     assert!(done.status.success(), "applying {} to {} failed", patch.display(), tree.display());
 }
 
-/// A user's tree: skip patches that are already in, apply the others, fail clearly otherwise.
+/// A user's tree: skip patches that are already in, apply the others, fail clearly otherwise. A tree this
+/// build script patched (another checkout's `vendor/llama.cpp`) is taken as its stamp says: later patches
+/// change lines of earlier ones (0008 and 0009 of 0001's), so an earlier one no longer reverses alone.
 fn patch_in_place(tree: &Path, patches: &[PathBuf]) {
     assert!(tree.join("CMakeLists.txt").exists(), "KOLM_LLAMA_CPP_DIR={} is not a llama.cpp tree", tree.display());
+    if fs::read_to_string(tree.join(".kolm-rsd-stamp")).is_ok_and(|s| s.ends_with(&patch_stamp(patches))) {
+        return;
+    }
     for p in patches {
         if patch_cmd(tree, p, &["-R", "--dry-run"]).status.success() {
             continue;

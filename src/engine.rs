@@ -6,7 +6,8 @@ mod live;
 pub use live::default_live_path;
 
 use crate::draft::model::{ModelDraftConfig, ModelDrafter};
-use crate::draft::{Drafter, DrafterConfig, Miss, Stats};
+use crate::draft::syntax::TokenTexts;
+use crate::draft::{Drafter, DrafterConfig, Miss, Stats, TokenSource};
 use crate::index::Index;
 use crate::live::{Live, LiveConfig};
 use crate::vocab::{drafter_texts, fingerprint, token_texts};
@@ -221,14 +222,15 @@ impl EngineConfig {
 
 /// Loads and validates a pack for `model`'s tokenizer.
 pub fn load_pack(path: &Path, model: &Model) -> Result<Pack, EngineError> {
-    load_pack_for(path, &token_texts(model))
+    read_pack(path, Some(&token_texts(model)))
 }
 
-/// `load_pack` with the vocabulary's texts already read (the engine needs them for shapes too).
-fn load_pack_for(path: &Path, texts: &[&[u8]]) -> Result<Pack, EngineError> {
+/// Reads and validates the pack at `path`, for the tokenizer whose token texts are `texts` when given (the
+/// engine has them already, for shapes too; the Python package inspects packs without one).
+pub fn read_pack(path: &Path, texts: Option<&[&[u8]]>) -> Result<Pack, EngineError> {
     let bytes = std::fs::read(path).map_err(|e| EngineError::Io(format!("recipe pack {}", path.display()), e))?;
-    let fp = crate::pack::tokenizer_fingerprint(texts.iter().copied());
-    Ok(Pack::from_slice(&bytes, &path.display().to_string(), Some(&fp), Some(texts.len() as u32))?)
+    let fp = texts.map(|t| crate::pack::tokenizer_fingerprint(t.iter().copied()));
+    Ok(Pack::from_slice(&bytes, &path.display().to_string(), fp.as_deref(), texts.map(|t| t.len() as u32))?)
 }
 
 /// The lookup tables of the pack at `path`, validated for the tokenizer whose token texts are `texts`
@@ -238,7 +240,7 @@ pub fn load_index(path: &Path, texts: &[&[u8]]) -> Result<Index, EngineError> {
 }
 
 fn index_with(path: &Path, texts: &[&[u8]], shapes: ShapeTable) -> Result<Index, EngineError> {
-    let pack = load_pack_for(path, texts)?;
+    let pack = read_pack(path, Some(texts))?;
     Ok(Index::new(&pack, Some(shapes)))
 }
 
@@ -271,6 +273,45 @@ impl Engine {
         let texts = token_texts(model);
         let shapes = ShapeTable::from_token_texts(&texts);
         let index = cfg.pack.as_deref().map(|p| index_with(p, &texts, shapes.clone())).transpose()?;
+        let source = match &cfg.draft {
+            Some(d) => Some(load_draft(model, d, &cfg)?),
+            None => None,
+        };
+        let name = ModelInfo { name: model.meta("general.name").unwrap_or_default(), arch: model.meta("general.architecture").unwrap_or_default() };
+        Ok(Engine::assemble(&texts, index, shapes, drafter_texts(model, &texts), name, source, cfg))
+    }
+
+    /// An engine for a tokenizer known only by its token texts in id order (the raw vocabulary strings, as
+    /// [`token_texts`] reads them from a GGUF: a Hugging Face tokenizer's `convert_ids_to_tokens`) and its
+    /// control tokens: what the Python package drives for vLLM, which has no llama.cpp model. The pack is
+    /// checked against the fingerprint of these texts; a draft model is refused (its tokenizer could not be
+    /// checked against the target's).
+    pub fn from_texts(texts: &[&[u8]], control: impl Fn(Token) -> bool, cfg: EngineConfig) -> Result<Engine, EngineError> {
+        if let Some(d) = &cfg.draft {
+            return Err(EngineError::Arg(format!(
+                "draft model {}: an engine built from token texts has no llama.cpp model to check its tokenizer against",
+                d.model.display()
+            )));
+        }
+        let shapes = ShapeTable::from_token_texts(texts);
+        let index = cfg.pack.as_deref().map(|p| index_with(p, texts, shapes.clone())).transpose()?;
+        let name = ModelInfo { name: String::new(), arch: String::new() };
+        Ok(Engine::assemble(texts, index, shapes, TokenTexts::new(texts).with_control(control), name, None, cfg))
+    }
+
+    /// The engine over what either constructor read: the vocabulary's `raw` texts (the live index's file is
+    /// kept for their fingerprint), the pack's index, the shapes, the drafter's reading of texts, the model's
+    /// name, a draft model.
+    #[allow(clippy::too_many_arguments)]
+    fn assemble(
+        raw: &[&[u8]],
+        index: Option<Index>,
+        shapes: ShapeTable,
+        texts: TokenTexts,
+        name: ModelInfo,
+        source: Option<Box<dyn TokenSource>>,
+        cfg: EngineConfig,
+    ) -> Engine {
         let pack = cfg.pack.clone().zip(index.as_ref().map(Index::len));
         let dcfg = DrafterConfig {
             n_seq: cfg.n_seq,
@@ -279,14 +320,13 @@ impl Engine {
             use_context: cfg.use_context,
             ..DrafterConfig::default()
         };
-        let mut drafter = Drafter::new(index, dcfg).with_texts(drafter_texts(model, &texts));
+        let mut drafter = Drafter::new(index, dcfg).with_texts(texts);
         let mut keeper = None;
         if cfg.live != LiveChoice::Off {
             let mut table = Live::new(LiveConfig { capacity: cfg.live_cap, ..LiveConfig::default() }, Some(shapes));
             if let LiveChoice::File(path) = &cfg.live {
-                let name = ModelInfo { name: model.meta("general.name").unwrap_or_default(), arch: model.meta("general.architecture").unwrap_or_default() };
-                let fp = crate::pack::tokenizer_fingerprint(texts.iter().copied());
-                let (k, note) = live::Keeper::open(path.clone(), &fp, name, texts.len() as u32, &mut table);
+                let fp = crate::pack::tokenizer_fingerprint(raw.iter().copied());
+                let (k, note) = live::Keeper::open(path.clone(), &fp, name, raw.len() as u32, &mut table);
                 if let Some(note) = note {
                     eprintln!("kolm-rsd: {note}");
                 }
@@ -294,28 +334,10 @@ impl Engine {
             }
             drafter = drafter.with_live(table);
         }
-        if let Some(d) = &cfg.draft {
-            let md = ModelDrafter::load(&ModelDraftConfig {
-                model: d.model.clone(),
-                shortlist: d.shortlist.clone(),
-                margin: d.margin,
-                request_rows: d.request_rows,
-                n_seq: cfg.n_seq,
-                n_ctx: cfg.n_ctx,
-                n_threads: cfg.n_threads,
-            })?;
-            let (want, got) = (fingerprint(model), fingerprint(md.model()));
-            if want != got || model.n_vocab() != md.model().n_vocab() {
-                return Err(EngineError::Arg(format!(
-                    "draft model {}: its tokenizer differs from the target's (fingerprint {got}, {} tokens; the target has {want}, {} tokens)",
-                    d.model.display(),
-                    md.model().n_vocab(),
-                    model.n_vocab()
-                )));
-            }
-            drafter = drafter.with_source(Box::new(md));
+        if let Some(source) = source {
+            drafter = drafter.with_source(source);
         }
-        Ok(Engine {
+        Engine {
             drafter,
             draft: cfg.draft.clone(),
             n_seq: cfg.n_seq,
@@ -325,7 +347,7 @@ impl Engine {
             misses_logged: 0,
             clock: Instant::now(),
             keeper,
-        })
+        }
     }
 
     pub fn n_seq(&self) -> usize {
@@ -453,6 +475,29 @@ impl Engine {
             self.drafter.source_summary().map_or(String::new(), |m| format!("; {m}"))
         )
     }
+}
+
+/// The draft model of `d`, refused unless its tokenizer is the target's.
+fn load_draft(model: &Model, d: &DraftChoice, cfg: &EngineConfig) -> Result<Box<dyn TokenSource>, EngineError> {
+    let md = ModelDrafter::load(&ModelDraftConfig {
+        model: d.model.clone(),
+        shortlist: d.shortlist.clone(),
+        margin: d.margin,
+        request_rows: d.request_rows,
+        n_seq: cfg.n_seq,
+        n_ctx: cfg.n_ctx,
+        n_threads: cfg.n_threads,
+    })?;
+    let (want, got) = (fingerprint(model), fingerprint(md.model()));
+    if want != got || model.n_vocab() != md.model().n_vocab() {
+        return Err(EngineError::Arg(format!(
+            "draft model {}: its tokenizer differs from the target's (fingerprint {got}, {} tokens; the target has {want}, {} tokens)",
+            d.model.display(),
+            md.model().n_vocab(),
+            model.n_vocab()
+        )));
+    }
+    Ok(Box::new(md))
 }
 
 /// "on 40 / off 9 windows (62.1 / 55.0 tok/s)": how the measured gate ran.

@@ -1,0 +1,135 @@
+"""kolm_rsd.vllm.Proposer driven as vLLM 0.32's model runner drives a ``custom_class`` proposer: a persistent
+batch of rows (``token_ids_cpu``, ``num_tokens_no_spec``), each step's sampled tokens, rows that move — with
+numpy and lists only, no vLLM."""
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+import kolm_rsd
+from conftest import tokenize
+from kolm_rsd.vllm import Proposer, find_pack
+from test_drafter import ANSWER, PROMPT
+
+MAX_LEN, K = 512, 8
+
+
+def config(model_dir, max_num_seqs=4):
+    return SimpleNamespace(
+        model_config=SimpleNamespace(model=str(model_dir), max_model_len=MAX_LEN),
+        speculative_config=SimpleNamespace(num_speculative_tokens=K),
+        scheduler_config=SimpleNamespace(max_num_seqs=max_num_seqs),
+    )
+
+
+@pytest.fixture
+def model_dir(tmp_path, pack):
+    """A model directory as vLLM loads one, with the pack in it."""
+    (tmp_path / "smollm2.recipes.json").write_bytes(pack.read_bytes())
+    return tmp_path
+
+
+class Batch:
+    """vLLM's persistent batch, reduced to what the proposer sees, with greedy verification of known answers."""
+
+    def __init__(self, rows: int):
+        self.tokens = np.zeros((rows, MAX_LEN), dtype=np.int32)
+        self.n = np.zeros(rows, dtype=np.int32)
+        self.answers: list = [None] * rows
+        self.done = [0] * rows
+        self.sampled: list[list[int]] = [[] for _ in range(rows)]
+        self.kept = 0
+
+    def add(self, row, prompt, answer):
+        """A request after its prefill: the prompt and the first token sampled."""
+        self.tokens[row, : len(prompt)] = prompt
+        self.tokens[row, len(prompt)] = answer[0]
+        self.n[row] = len(prompt) + 1
+        self.answers[row], self.done[row], self.sampled[row] = answer, 1, [answer[0]]
+
+    def verify(self, drafts):
+        """The target keeps the drafted tokens its answer has, and samples one more."""
+        for row, draft in enumerate(drafts):
+            answer = self.answers[row]
+            if answer is None or self.done[row] >= len(answer):
+                self.sampled[row] = []
+                continue
+            kept = 0
+            while kept < len(draft) and self.done[row] + kept < len(answer) - 1 and draft[kept] == answer[self.done[row] + kept]:
+                kept += 1
+            self.kept += kept
+            new = answer[self.done[row] : self.done[row] + kept + 1]
+            self.tokens[row, self.n[row] : self.n[row] + len(new)] = new
+            self.n[row] += len(new)
+            self.done[row] += len(new)
+            self.sampled[row] = list(new)
+
+    def swap(self, a, b):
+        """vLLM's condense and reorder move requests between rows."""
+        for arr in (self.tokens, self.n):
+            arr[[a, b]] = arr[[b, a]]
+        for lst in (self.answers, self.done, self.sampled):
+            lst[a], lst[b] = lst[b], lst[a]
+
+
+def test_the_pack_is_found_beside_the_model_or_named(tmp_path, model_dir, monkeypatch):
+    assert find_pack(str(model_dir)) == model_dir / "smollm2.recipes.json"
+    (model_dir / "recipes.json").write_text("{}")
+    assert find_pack(str(model_dir)) == model_dir / "recipes.json"
+    assert find_pack(str(model_dir), env="off") is None
+    assert str(find_pack(str(model_dir), env="/p.json")) == "/p.json"
+    assert find_pack(str(tmp_path / "m.gguf")) is None
+    (tmp_path / "m.recipes.json").write_text("{}")
+    assert find_pack(str(tmp_path / "m.gguf")) == tmp_path / "m.recipes.json"
+
+
+def test_a_pack_for_another_tokenizer_stops_the_proposer(model_dir, vocab):
+    texts, control = vocab
+    other = list(texts)
+    other[7], other[8] = other[8], other[7]
+    with pytest.raises(kolm_rsd.TokenizerMismatchError, match="smollm2.recipes.json"):
+        Proposer(config(model_dir), vocab=(other, control))
+
+
+def test_drafts_for_every_row_learn_acceptance_and_follow_rows_that_move(model_dir, vocab, monkeypatch):
+    monkeypatch.delenv("KOLM_RSD_PACK", raising=False)
+    texts, control = vocab
+    p = Proposer(config(model_dir), vocab=vocab, adaptive=False)
+    assert p.pack == model_dir / "smollm2.recipes.json"
+    prompt, answer = tokenize(texts, PROMPT), tokenize(texts, ANSWER)
+    other = tokenize(texts, PROMPT.replace("Maria Lopez", "Ana Ruiz"))
+    b = Batch(rows=4)
+    b.add(0, prompt, answer)
+    b.add(2, other, tokenize(texts, ANSWER.replace("Maria Lopez", "Ana Ruiz")))
+    step = 0
+    while any(b.sampled):
+        drafts = p.propose(b.sampled, b.n, b.tokens, slot_mappings=None)
+        assert len(drafts) == 4 and all(d == [] for d, got in zip(drafts, b.sampled) if not got), "no row, no draft"
+        assert all(len(d) <= K for d in drafts)
+        b.verify(drafts)
+        step += 1
+        if step == 3:
+            b.swap(0, 1)  # the first request moves to row 1
+        if step == 5:
+            b.add(3, prompt[:40], answer)  # a third request arrives
+    s = p.drafter.stats()
+    assert s.tokens_drafted > 40 and s.pack_hits > 0 and s.context_hits > 0
+    assert s.tokens_accepted == b.kept, "every kept token reported, also after the move"
+    assert "proposer" in p.summary() and "ms/step" in p.summary()
+
+
+def test_finished_requests_free_their_sequence(model_dir, vocab, monkeypatch):
+    monkeypatch.setenv("KOLM_RSD_PACK", "off")
+    texts, _ = vocab
+    p = Proposer(config(model_dir, max_num_seqs=1), vocab=vocab, adaptive=False)
+    assert p.pack is None
+    words = list(range(3000, 3030))
+    for first in (3000, 3100):  # one request after the other in the one row
+        req = [t - 3000 + first for t in words]
+        b = Batch(rows=1)
+        b.add(0, req + req[:2], req[2:] + [7] * 10)
+        while any(b.sampled):
+            b.verify(p.propose(b.sampled, b.n, b.tokens))
+        assert b.kept > 0, "the copy of the prompt drafted"
+    assert p.propose([[]], np.zeros(1, dtype=np.int32), np.zeros((1, MAX_LEN), dtype=np.int32)) == [[]]
