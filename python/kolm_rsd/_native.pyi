@@ -95,6 +95,7 @@ class Drafter:
         n_max: int = ...,
         adaptive: bool = True,
         context: bool = True,
+        live: bool = True,
         miss_log: StrPath | None = None,
         miss_log_cap: int = ...,
     ) -> None:
@@ -103,7 +104,8 @@ class Drafter:
         ``control_tokens`` are never proposed by a copy of the prompt (chat-template markers, end of
         turn). ``pack`` is checked against the texts' fingerprint (:class:`TokenizerMismatchError`).
         ``adaptive=False`` turns the break-even control off (drafts whatever the evidence gives);
-        ``context=False`` drafts from the pack alone; ``miss_log`` collects what no recipe predicted.
+        ``context=False`` drafts from the pack alone; ``live=False`` turns off the live index (recipes learned
+        from the answers this drafter has seen, in memory); ``miss_log`` collects what no recipe predicted.
         """
     @staticmethod
     def from_gguf(model: StrPath, arg: str = "", n_seq: int = 1) -> Drafter:

@@ -4,7 +4,7 @@
 
 use crate::error::{engine_error, KolmRsdError};
 use crate::tokens::{token_ids, token_texts, views};
-use kolm_rsd::engine::{Engine, EngineConfig, MISS_LOG_CAP};
+use kolm_rsd::engine::{Engine, EngineConfig, LiveChoice, MISS_LOG_CAP};
 use kolm_rsd::ffi::api::KolmRsdStats;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -44,7 +44,7 @@ impl Drafter {
     /// as bytes or str) are `token_texts`, in id order. `control_tokens`: ids a copy of the prompt must never
     /// propose (chat-template markers, end of turn). `pack` is checked against the texts' fingerprint.
     #[new]
-    #[pyo3(signature = (token_texts, *, pack=None, control_tokens=None, n_seq=1, n_max=MAX_DRAFT, adaptive=true, context=true, miss_log=None, miss_log_cap=MISS_LOG_CAP))]
+    #[pyo3(signature = (token_texts, *, pack=None, control_tokens=None, n_seq=1, n_max=MAX_DRAFT, adaptive=true, context=true, live=true, miss_log=None, miss_log_cap=MISS_LOG_CAP))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -55,6 +55,7 @@ impl Drafter {
         n_max: usize,
         adaptive: bool,
         context: bool,
+        live: bool,
         miss_log: Option<PathBuf>,
         miss_log_cap: u64,
     ) -> PyResult<Drafter> {
@@ -63,7 +64,8 @@ impl Drafter {
         }
         let texts = self::token_texts(token_texts)?;
         let control: HashSet<i32> = control_tokens.unwrap_or_default().into_iter().collect();
-        let cfg = EngineConfig { n_seq, n_max, adaptive, use_context: context, pack, miss_log, miss_log_cap, ..EngineConfig::default() };
+        let live = if live { LiveChoice::Memory } else { LiveChoice::Off };
+        let cfg = EngineConfig { n_seq, n_max, adaptive, use_context: context, live, pack, miss_log, miss_log_cap, ..EngineConfig::default() };
         let engine = py.detach(|| Engine::from_texts(&views(&texts), |t| control.contains(&t), cfg)).map_err(engine_error)?;
         Ok(Drafter::wrap(engine))
     }

@@ -20,7 +20,8 @@ ANSWER = (
 
 def test_copies_of_the_prompt_are_drafted_and_control_tokens_are_not(vocab):
     texts, control = vocab
-    d = kolm_rsd.Drafter(texts, control_tokens=control, adaptive=False)
+    # live=False: the second request would otherwise also draft what the live index learned from the first.
+    d = kolm_rsd.Drafter(texts, control_tokens=control, adaptive=False, live=False)
     words = list(range(1000, 1012))
     prompt = words + [2] + words[:3] + [5]  # 2 is <|im_end|>, a control token
     d.begin(0, prompt)
@@ -67,7 +68,7 @@ def test_the_pack_drafts_and_texts_drive_the_same_engine_as_the_gguf(model, pack
     texts, control = vocab
     prompt, answer = tokenize(texts, PROMPT), tokenize(texts, ANSWER)
     from_texts = kolm_rsd.Drafter(texts, pack=pack, control_tokens=control, adaptive=False)
-    from_gguf = kolm_rsd.Drafter.from_gguf(model, f"pack={pack},misslog=off,adaptive=0")
+    from_gguf = kolm_rsd.Drafter.from_gguf(model, f"pack={pack},misslog=off,adaptive=0,live=mem")
     drafts = serve(from_texts, prompt, answer)
     assert drafts == serve(from_gguf, prompt, answer)
     a, b = from_texts.stats(), from_gguf.stats()
