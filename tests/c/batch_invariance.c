@@ -14,6 +14,7 @@
 //     -c N_CTX       context size (default 1024)
 //     -ngl N         layers offloaded to a GPU backend (default 0: all on the CPU; 99 for all, e.g. on
 //                    ggml-vulkan with GGML_VK_VISIBLE_DEVICES naming the device)
+//     -dev NAME      the one ggml device the layers go to (e.g. Vulkan0; default: llama.cpp's choice)
 //     -bmin B -bmax B  batch sizes to test (default 2..16)
 //     --mode M       plain  : decode the same tokens in batches of b, all logits on
 //                    reject : each batch = k correct tokens + wrong draft tokens; the wrong
@@ -71,6 +72,7 @@ struct opts {
     int  n_threads;
     int  n_ctx;
     int  n_gpu_layers;
+    const char * device;
     int  bmin, bmax;
     bool do_plain, do_reject, do_multi;
     bool kv_unified;
@@ -267,7 +269,7 @@ int main(int argc, char ** argv) {
     const char * mode = "all";
 
     if (argc < 2) {
-        fprintf(stderr, "usage: %s MODEL [-p PROMPT] [-n N] [-fa on|off|auto] [-t T] [-c N_CTX] [-bmin B] [-bmax B] "
+        fprintf(stderr, "usage: %s MODEL [-p PROMPT] [-n N] [-fa on|off|auto] [-t T] [-c N_CTX] [-ngl N] [-dev NAME] [-bmin B] [-bmax B] "
                         "[--mode plain|reject|multi|all] [--kv-unified] [-q]\n", argv[0]);
         return 2;
     }
@@ -281,6 +283,7 @@ int main(int argc, char ** argv) {
         else if (!strcmp(a, "-t") && v) { o->n_threads = atoi(v); i++; }
         else if (!strcmp(a, "-c") && v) { o->n_ctx = atoi(v); i++; }
         else if (!strcmp(a, "-ngl") && v) { o->n_gpu_layers = atoi(v); i++; }
+        else if (!strcmp(a, "-dev") && v) { o->device = v; i++; }
         else if (!strcmp(a, "-bmin") && v) { o->bmin = atoi(v); i++; }
         else if (!strcmp(a, "-bmax") && v) { o->bmax = atoi(v); i++; }
         else if (!strcmp(a, "--mode") && v) { mode = v; i++; }
@@ -301,6 +304,13 @@ int main(int argc, char ** argv) {
 
     struct llama_model_params mp = llama_model_default_params();
     mp.n_gpu_layers = o->n_gpu_layers;
+    ggml_backend_dev_t devs[2] = { NULL, NULL };
+    if (o->device) {
+        devs[0] = ggml_backend_dev_by_name(o->device);
+        if (!devs[0]) { fprintf(stderr, "no ggml device named %s\n", o->device); return 2; }
+        mp.devices = devs;
+        printf("device %s: %s\n", o->device, ggml_backend_dev_description(devs[0]));
+    }
     g_model = llama_model_load_from_file(o->model_path, mp);
     if (!g_model) { fprintf(stderr, "failed to load %s\n", o->model_path); return 2; }
     g_vocab   = llama_model_get_vocab(g_model);
@@ -312,8 +322,11 @@ int main(int argc, char ** argv) {
     if (n_prompt + 2*N + 2*o->bmax + 8 > o->n_ctx) { fprintf(stderr, "context too small\n"); return 2; }
 
     const char * env = getenv("GGML_CPU_BATCH_INVARIANT_MAX");
-    printf("model %s\nprompt tokens %d, generated %d, flash_attn %s, threads %d, GGML_CPU_BATCH_INVARIANT_MAX=%s\n",
-           o->model_path, n_prompt, N, o->fa < 0 ? "auto" : o->fa ? "on" : "off", o->n_threads, env ? env : "(unset)");
+    const char * env_vk = getenv("GGML_VK_BATCH_INVARIANT_MAX");
+    printf("model %s\nprompt tokens %d, generated %d, flash_attn %s, threads %d, n_gpu_layers %d, "
+           "GGML_CPU_BATCH_INVARIANT_MAX=%s, GGML_VK_BATCH_INVARIANT_MAX=%s\n",
+           o->model_path, n_prompt, N, o->fa < 0 ? "auto" : o->fa ? "on" : "off", o->n_threads, o->n_gpu_layers,
+           env ? env : "(unset)", env_vk ? env_vk : "(unset)");
 
     struct llama_batch batch = llama_batch_init(o->n_ctx, 0, 2);
     const size_t lsz = sizeof(float) * (size_t) g_n_vocab;
