@@ -121,8 +121,13 @@ fn beside(model_path: &Path, ext: &str) -> PathBuf {
 
 /// `~/.cache/kolm-rsd/misses/<model stem>.jsonl`: misses stay on this machine.
 pub fn default_miss_log(model_path: &Path) -> PathBuf {
+    in_cache(model_path, "misses", "jsonl")
+}
+
+/// `~/.cache/kolm-rsd/<dir>/<model stem>.<ext>`: what the engine learns from serving stays on this machine.
+fn in_cache(model_path: &Path, dir: &str, ext: &str) -> PathBuf {
     let stem = model_path.file_stem().unwrap_or_default().to_string_lossy().into_owned();
-    crate::fetch::cache_dir().join("misses").join(format!("{stem}.jsonl"))
+    crate::fetch::cache_dir().join(dir).join(format!("{stem}.{ext}"))
 }
 
 impl EngineConfig {

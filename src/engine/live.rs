@@ -14,8 +14,7 @@ pub const SAVE_EVERY: Duration = Duration::from_secs(60);
 /// `~/.cache/kolm-rsd/live/<model stem>.json`: the model's directory may be read-only or shared, and the
 /// table holds the user's traffic, which stays on this machine.
 pub fn default_live_path(model_path: &Path) -> PathBuf {
-    let stem = model_path.file_stem().unwrap_or_default().to_string_lossy().into_owned();
-    crate::fetch::cache_dir().join("live").join(format!("{stem}.json"))
+    super::in_cache(model_path, "live", "json")
 }
 
 /// The file of one engine's live index.
