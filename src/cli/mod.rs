@@ -11,6 +11,7 @@ mod progress;
 mod replay;
 mod shortlist;
 mod stress;
+mod workload;
 
 #[derive(Parser)]
 #[command(name = "kolm-rsd", version, about = "Speculative decoding for llama.cpp: recipe packs and shortlist drafting")]
@@ -58,6 +59,8 @@ enum Cmd {
     /// The reliability harness: load and hostile requests, memory over many requests, kill -9 (docs/reliability.md).
     #[command(subcommand)]
     Stress(stress::StressCmd),
+    /// Print a workload's prompts as JSONL (held-out by default), as the benchmarks split them.
+    Workload(workload::WorkloadArgs),
 }
 
 pub fn run() -> i32 {
@@ -81,6 +84,7 @@ pub fn run() -> i32 {
             Ok(code) => return code,
             Err(e) => Err(e),
         },
+        Cmd::Workload(a) => workload::run(&a),
     };
     match result {
         Ok(()) => 0,

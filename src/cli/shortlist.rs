@@ -137,7 +137,7 @@ fn texts(model: &Model, sources: &[String], split: Split, t: &TextArgs) -> Resul
     let mut prompts = Vec::new();
     let mut raw = Vec::new();
     for s in sources {
-        let is_workload = matches!(s.as_str(), "json-extraction" | "humaneval") || s.starts_with("mt-bench") || s.ends_with(".jsonl");
+        let is_workload = matches!(s.as_str(), "json-extraction" | "humaneval" | "code-edit") || s.starts_with("mt-bench") || s.ends_with(".jsonl");
         if is_workload {
             let all = workload::load(s)?;
             let (train, held) = workload::split(&all);
