@@ -13,7 +13,7 @@ use crate::live::{Live, LiveConfig};
 use crate::vocab::{drafter_texts, fingerprint, token_texts};
 use crate::llama::{Model, Token};
 use crate::misslog::MissLog;
-use crate::pack::{ModelInfo, Pack};
+use crate::pack::{tokenizer_fingerprint, ModelInfo, Pack};
 use crate::shape::ShapeTable;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -233,19 +233,26 @@ pub fn load_pack(path: &Path, model: &Model) -> Result<Pack, EngineError> {
 /// Reads and validates the pack at `path`, for the tokenizer whose token texts are `texts` when given (the
 /// engine has them already, for shapes too; the Python package inspects packs without one).
 pub fn read_pack(path: &Path, texts: Option<&[&[u8]]>) -> Result<Pack, EngineError> {
+    let fp = texts.map(|t| tokenizer_fingerprint(t.iter().copied()));
+    read_pack_for(path, fp.as_deref(), texts.map(|t| t.len() as u32))
+}
+
+/// [`read_pack`] with the tokenizer's fingerprint and vocabulary size already computed.
+fn read_pack_for(path: &Path, fingerprint: Option<&str>, n_vocab: Option<u32>) -> Result<Pack, EngineError> {
     let bytes = std::fs::read(path).map_err(|e| EngineError::Io(format!("recipe pack {}", path.display()), e))?;
-    let fp = texts.map(|t| crate::pack::tokenizer_fingerprint(t.iter().copied()));
-    Ok(Pack::from_slice(&bytes, &path.display().to_string(), fp.as_deref(), texts.map(|t| t.len() as u32))?)
+    Ok(Pack::from_slice(&bytes, &path.display().to_string(), fingerprint, n_vocab)?)
 }
 
 /// The lookup tables of the pack at `path`, validated for the tokenizer whose token texts are `texts`
 /// ([`token_texts`], read once by the caller, who needs them for the drafter too), with its shape table.
 pub fn load_index(path: &Path, texts: &[&[u8]]) -> Result<Index, EngineError> {
-    index_with(path, texts, ShapeTable::from_token_texts(texts))
+    let fp = tokenizer_fingerprint(texts.iter().copied());
+    index_with(path, &fp, texts.len(), ShapeTable::from_token_texts(texts))
 }
 
-fn index_with(path: &Path, texts: &[&[u8]], shapes: ShapeTable) -> Result<Index, EngineError> {
-    let pack = read_pack(path, Some(texts))?;
+/// The index of the pack at `path`, which must be for the tokenizer of fingerprint `fp` and `n_vocab` tokens.
+fn index_with(path: &Path, fp: &str, n_vocab: usize, shapes: ShapeTable) -> Result<Index, EngineError> {
+    let pack = read_pack_for(path, Some(fp), Some(n_vocab as u32))?;
     Ok(Index::new(&pack, Some(shapes)))
 }
 
@@ -274,16 +281,18 @@ pub struct Engine {
 
 impl Engine {
     pub fn new(model: &Model, cfg: EngineConfig) -> Result<Engine, EngineError> {
-        // The vocabulary's texts serve the pack's tokenizer check, its shapes and the drafter's reading of answers.
+        // The vocabulary's texts serve the pack's tokenizer check, its shapes and the drafter's reading of answers;
+        // their fingerprint (hashing every token's text) is taken once for the pack, the live file and the draft.
         let texts = token_texts(model);
+        let fp = tokenizer_fingerprint(texts.iter().copied());
         let shapes = ShapeTable::from_token_texts(&texts);
-        let index = cfg.pack.as_deref().map(|p| index_with(p, &texts, shapes.clone())).transpose()?;
+        let index = cfg.pack.as_deref().map(|p| index_with(p, &fp, texts.len(), shapes.clone())).transpose()?;
         let source = match &cfg.draft {
-            Some(d) => Some(load_draft(model, d, &cfg)?),
+            Some(d) => Some(load_draft(model, &fp, d, &cfg)?),
             None => None,
         };
         let name = ModelInfo { name: model.meta("general.name").unwrap_or_default(), arch: model.meta("general.architecture").unwrap_or_default() };
-        Ok(Engine::assemble(&texts, index, shapes, drafter_texts(model, &texts), name, source, cfg))
+        Ok(Engine::assemble(texts.len(), &fp, index, shapes, drafter_texts(model, &texts), name, source, cfg))
     }
 
     /// An engine for a tokenizer known only by its token texts in id order (the raw vocabulary strings, as
@@ -298,18 +307,20 @@ impl Engine {
                 d.model.display()
             )));
         }
+        let fp = tokenizer_fingerprint(texts.iter().copied());
         let shapes = ShapeTable::from_token_texts(texts);
-        let index = cfg.pack.as_deref().map(|p| index_with(p, texts, shapes.clone())).transpose()?;
+        let index = cfg.pack.as_deref().map(|p| index_with(p, &fp, texts.len(), shapes.clone())).transpose()?;
         let name = ModelInfo { name: String::new(), arch: String::new() };
-        Ok(Engine::assemble(texts, index, shapes, TokenTexts::new(texts).with_control(control), name, None, cfg))
+        Ok(Engine::assemble(texts.len(), &fp, index, shapes, TokenTexts::new(texts).with_control(control), name, None, cfg))
     }
 
-    /// The engine over what either constructor read: the vocabulary's `raw` texts (the live index's file is
-    /// kept for their fingerprint), the pack's index, the shapes, the drafter's reading of texts, the model's
-    /// name, a draft model.
+    /// The engine over what either constructor read: the vocabulary's size and fingerprint (the live index's
+    /// file is kept for them), the pack's index, the shapes, the drafter's reading of texts, the model's name, a
+    /// draft model.
     #[allow(clippy::too_many_arguments)]
     fn assemble(
-        raw: &[&[u8]],
+        n_vocab: usize,
+        fp: &str,
         index: Option<Index>,
         shapes: ShapeTable,
         texts: TokenTexts,
@@ -330,8 +341,7 @@ impl Engine {
         if cfg.live != LiveChoice::Off {
             let mut table = Live::new(LiveConfig { capacity: cfg.live_cap, ..LiveConfig::default() }, Some(shapes));
             if let LiveChoice::File(path) = &cfg.live {
-                let fp = crate::pack::tokenizer_fingerprint(raw.iter().copied());
-                let (k, note) = live::Keeper::open(path.clone(), &fp, name, raw.len() as u32, &mut table);
+                let (k, note) = live::Keeper::open(path.clone(), fp, name, n_vocab as u32, &mut table);
                 if let Some(note) = note {
                     eprintln!("kolm-rsd: {note}");
                 }
@@ -482,8 +492,8 @@ impl Engine {
     }
 }
 
-/// The draft model of `d`, refused unless its tokenizer is the target's.
-fn load_draft(model: &Model, d: &DraftChoice, cfg: &EngineConfig) -> Result<Box<dyn TokenSource>, EngineError> {
+/// The draft model of `d`, refused unless its tokenizer is the target's (`model`, of fingerprint `want`).
+fn load_draft(model: &Model, want: &str, d: &DraftChoice, cfg: &EngineConfig) -> Result<Box<dyn TokenSource>, EngineError> {
     let md = ModelDrafter::load(&ModelDraftConfig {
         model: d.model.clone(),
         shortlist: d.shortlist.clone(),
@@ -493,7 +503,7 @@ fn load_draft(model: &Model, d: &DraftChoice, cfg: &EngineConfig) -> Result<Box<
         n_ctx: cfg.n_ctx,
         n_threads: cfg.n_threads,
     })?;
-    let (want, got) = (fingerprint(model), fingerprint(md.model()));
+    let got = fingerprint(md.model());
     if want != got || model.n_vocab() != md.model().n_vocab() {
         return Err(EngineError::Arg(format!(
             "draft model {}: its tokenizer differs from the target's (fingerprint {got}, {} tokens; the target has {want}, {} tokens)",
