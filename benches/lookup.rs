@@ -244,6 +244,35 @@ fn main() {
         }
     }
 
+    println!("\n== the live index alone: one feed (a verified token, all its contexts) and one lookup, 200,000 each ==");
+    {
+        let mut l = Live::new(LiveConfig::default(), Some(sh.clone()));
+        // Warm: the table as the drafter section leaves it (its stream fed once and more), then timed ops
+        // further along the same stream, half of them contexts seen before.
+        let max = l.max_n();
+        for i in 1000..150_000 {
+            l.feed(&s[i - max..i], s[i]);
+        }
+        let (mut tf, mut tl) = (Vec::with_capacity(200_000), Vec::with_capacity(200_000));
+        let mut hits = 0usize;
+        for k in 0..200_000 {
+            let i = 1000 + (k * 7919) % 198_000;
+            let t0 = Instant::now();
+            let h = black_box(l.lookup(&s[i - max..i]));
+            tl.push(t0.elapsed().as_nanos() as u64);
+            hits += h.is_some() as usize;
+            // Another place: a feed does not find its sets warm from the lookup before it.
+            let j = 1000 + (k * 104_729 + 55_555) % 198_000;
+            let t0 = Instant::now();
+            l.feed(black_box(&s[j - max..j]), s[j]);
+            tf.push(t0.elapsed().as_nanos() as u64);
+        }
+        println!(
+            "feed   p50 {:4} ns  p99 {:5} ns | lookup p50 {:4} ns  p99 {:5} ns ({hits} hits) | {} of {} entries, {} KiB",
+            pct(&mut tf, 0.5), pct(&mut tf, 0.99), pct(&mut tl, 0.5), pct(&mut tl, 0.99), l.len(), l.capacity(), l.bytes() >> 10
+        );
+    }
+
     println!("\n== pack size and load ==");
     for n in [100usize, 1_000, 9_000, 15_000] {
         let p = Pack::from_entries(meta(), pack.entries()[..n].to_vec()).unwrap();

@@ -17,10 +17,19 @@ use crate::index::Hit;
 use crate::pack::{EntryKind, MAX_N};
 use crate::shape::ShapeTable;
 
-/// Entries per set. A probe reads the set's eight 32-bit tags (half a cache line) and an entry only where a
-/// tag matches, so a miss costs one cache line, and a lookup or a feed touches its 2 to 12 sets' tags with
-/// prefetches in flight together instead of one cache miss after another.
+/// Entries per set. A probe reads the set's [`SetMeta`] (one cache line) and an entry only where a tag
+/// matches, so a miss, and choosing the entry to evict, cost one cache line; a lookup or a feed prefetches
+/// the lines of its 2 to 12 sets together instead of taking one cache miss after another.
 const WAYS: usize = 8;
+
+/// What a probe reads first: per way a nonzero tag of its context (0: empty) and the feed tick it was last
+/// seen at (what eviction compares).
+#[derive(Clone, Copy, Default)]
+#[repr(C, align(64))]
+struct SetMeta {
+    tag: [u32; WAYS],
+    seen: [u32; WAYS],
+}
 
 /// How the live index is sized and what it counts.
 #[derive(Clone, Debug, PartialEq)]
@@ -97,8 +106,8 @@ pub struct Live {
     cfg: LiveConfig,
     shapes: Option<ShapeTable>,
     slots: Box<[LiveEntry]>,
-    /// Per slot: a nonzero tag of its context, 0 when empty.
-    tags: Box<[u32]>,
+    /// Per set.
+    meta: Box<[SetMeta]>,
     /// log2 of the number of sets.
     bits: u32,
     tick: u32,
@@ -113,7 +122,7 @@ impl Live {
         let sets = cfg.capacity.div_ceil(WAYS).next_power_of_two().max(1);
         Live {
             slots: vec![LiveEntry::EMPTY; sets * WAYS].into_boxed_slice(),
-            tags: vec![0; sets * WAYS].into_boxed_slice(),
+            meta: vec![SetMeta::default(); sets].into_boxed_slice(),
             bits: sets.trailing_zeros(),
             cfg: LiveConfig { max_n_literal: cfg.max_n_literal.min(MAX_N), max_n_shape: cfg.max_n_shape.min(MAX_N), ..cfg },
             shapes,
@@ -148,7 +157,7 @@ impl Live {
 
     /// Bytes of the table itself (it never grows).
     pub fn bytes(&self) -> usize {
-        std::mem::size_of_val(&*self.slots) + std::mem::size_of_val(&*self.tags)
+        std::mem::size_of_val(&*self.slots) + std::mem::size_of_val(&*self.meta)
     }
 
     /// Longest context any lookup reads.
@@ -156,57 +165,59 @@ impl Live {
         self.cfg.max_n_literal.max(if self.shapes.is_some() { self.cfg.max_n_shape } else { 0 })
     }
 
-    /// Where a context lives: its set's first slot (the high bits of the window key mixed with its kind and
-    /// length) and its tag (the low bits, never 0).
+    /// Where a context lives: its set (the high bits of the window key mixed with its kind and length) and its
+    /// tag (the low bits, never 0).
     #[inline]
     fn locate(&self, kind: EntryKind, n: u8, key: u64) -> (usize, u32) {
         let tag = (u64::from(n) << 1 | u64::from(kind == EntryKind::Shape)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
         let h = (key ^ tag).wrapping_mul(0xFF51_AFD7_ED55_8CCD);
         let s = if self.bits == 0 { 0 } else { (h >> (64 - self.bits)) as usize };
-        (s * WAYS, (h as u32) | 1)
+        (s, (h as u32) | 1)
     }
 
-    /// Asks the CPU for the tags of the sets of `keys[lo..n]` (contexts of 1..=n tokens), so their cache misses
+    /// Asks the CPU for the [`SetMeta`] of the sets of `keys[lo..n]` (contexts of 1..=n tokens), so their cache misses
     /// overlap.
     #[inline]
     fn prefetch(&self, kind: EntryKind, keys: &[u64], lo: usize) {
         for (i, &key) in keys.iter().enumerate().skip(lo) {
-            let (start, _) = self.locate(kind, i as u8 + 1, key);
-            prefetch(&self.tags[start]);
+            let (set, _) = self.locate(kind, i as u8 + 1, key);
+            prefetch(&self.meta[set]);
         }
     }
 
     #[inline]
     fn find(&self, kind: EntryKind, n: u8, key: u64) -> Option<&LiveEntry> {
-        let (start, tag) = self.locate(kind, n, key);
-        let tags = &self.tags[start..start + WAYS];
-        (0..WAYS).find(|&i| tags[i] == tag && self.slots[start + i].is(kind, n, key)).map(|i| &self.slots[start + i])
+        let (set, tag) = self.locate(kind, n, key);
+        let m = &self.meta[set];
+        (0..WAYS).find(|&i| m.tag[i] == tag && self.slots[set * WAYS + i].is(kind, n, key)).map(|i| &self.slots[set * WAYS + i])
     }
 
-    /// The slot for a context: its own, else an empty one, else the one seen least recently (evicted).
-    fn slot(&mut self, kind: EntryKind, n: u8, key: u64) -> (&mut LiveEntry, bool) {
-        let (start, tag) = self.locate(kind, n, key);
-        let tags = &self.tags[start..start + WAYS];
-        if let Some(i) = (0..WAYS).find(|&i| tags[i] == tag && self.slots[start + i].is(kind, n, key)) {
-            return (&mut self.slots[start + i], true);
-        }
-        let i = match tags.iter().position(|&t| t == 0) {
-            Some(i) => {
-                self.len += 1;
-                i
-            }
-            None => (0..WAYS).min_by_key(|&i| self.slots[start + i].seen).expect("a set has ways"),
+    /// The slot for a context, marked seen at `seen`: its own, else an empty one, else the one seen least
+    /// recently (evicted).
+    fn slot(&mut self, kind: EntryKind, n: u8, key: u64, seen: u32) -> (&mut LiveEntry, bool) {
+        let (i, held) = self.claim(kind, n, key, seen);
+        (&mut self.slots[i], held)
+    }
+
+    /// [`Live::slot`] by index: the set's tags and ages are updated, the entry is not read.
+    fn claim(&mut self, kind: EntryKind, n: u8, key: u64, seen: u32) -> (usize, bool) {
+        let (set, tag) = self.locate(kind, n, key);
+        let start = set * WAYS;
+        let m = &self.meta[set];
+        let (i, held) = match (0..WAYS).find(|&i| m.tag[i] == tag && self.slots[start + i].is(kind, n, key)) {
+            Some(i) => (i, true),
+            None => match m.tag.iter().position(|&t| t == 0) {
+                Some(i) => {
+                    self.len += 1;
+                    (i, false)
+                }
+                None => ((0..WAYS).min_by_key(|&i| m.seen[i]).expect("a set has ways"), false),
+            },
         };
-        self.tags[start + i] = tag;
-        (&mut self.slots[start + i], false)
-    }
-
-    fn count(&mut self, kind: EntryKind, n: u8, key: u64, token: u32) {
-        let tick = self.tick;
-        match self.slot(kind, n, key) {
-            (e, true) => e.observe(token, tick),
-            (e, false) => *e = LiveEntry::first(kind, n, key, token, tick),
-        }
+        let m = &mut self.meta[set];
+        m.tag[i] = tag;
+        m.seen[i] = seen;
+        (start + i, held)
     }
 
     /// Counts `token` (verified output) after every context of `history` (all tokens before it).
@@ -221,11 +232,27 @@ impl Live {
         let m = self.shapes.as_ref().map_or(0, |sh| sh.suffix_keys(history, self.cfg.max_n_shape, &mut shape_keys));
         self.prefetch(EntryKind::Literal, &keys[..n], lo);
         self.prefetch(EntryKind::Shape, &shape_keys[..m], lo);
-        for i in lo..n {
-            self.count(EntryKind::Literal, i as u8 + 1, keys[i], token);
+        // Two passes, so the entries' cache misses overlap too: claim every context's slot (the sets' lines,
+        // prefetched above) and prefetch the entry, then count. Should a later claim evict an earlier one's
+        // slot (8 contexts of one feed in one set), the later write wins, as it would one at a time.
+        let tick = self.tick;
+        let mut claims = [(0usize, false, EntryKind::Literal, 0u8, 0u64); 2 * MAX_N];
+        let mut c = 0;
+        for (kind, ks, len) in [(EntryKind::Literal, &keys, n), (EntryKind::Shape, &shape_keys, m)] {
+            for (i, &key) in ks.iter().enumerate().take(len).skip(lo) {
+                let (at, held) = self.claim(kind, i as u8 + 1, key, tick);
+                prefetch(&self.slots[at]);
+                claims[c] = (at, held, kind, i as u8 + 1, key);
+                c += 1;
+            }
         }
-        for i in lo..m {
-            self.count(EntryKind::Shape, i as u8 + 1, shape_keys[i], token);
+        for &(at, held, kind, n, key) in &claims[..c] {
+            let e = &mut self.slots[at];
+            if held && e.is(kind, n, key) {
+                e.observe(token, tick);
+            } else {
+                *e = LiveEntry::first(kind, n, key, token, tick);
+            }
         }
     }
 
@@ -251,36 +278,30 @@ impl Live {
         self.slots.iter().filter(|e| e.total > 0)
     }
 
-    /// Puts `e` back (loading a saved table): merged with the same context when it is held, else in its set,
-    /// evicting the entry seen least recently when the set is full. Load oldest first so the newest stay.
+    /// Puts `e` back (loading a saved table) in its set, evicting the entry seen least recently when the set
+    /// is full: load oldest first so the newest stay. A context twice in one file (only a crafted file has
+    /// that) keeps the one seen later.
     pub fn restore(&mut self, e: LiveEntry) {
         if e.total == 0 || e.lead.1 == 0 {
             return;
         }
         self.tick = self.tick.max(e.seen);
-        match self.slot(e.kind, e.n, e.key) {
-            (held, true) => {
-                for (t, c) in [e.lead, e.second].into_iter().filter(|&(_, c)| c > 0) {
-                    for _ in 0..c.min(1 << 16) {
-                        held.observe(t, e.seen.max(held.seen));
-                    }
-                }
-                held.total = held.total.max(held.lead.1.saturating_add(held.second.1));
-            }
-            (slot, false) => *slot = e,
+        if self.find(e.kind, e.n, e.key).is_some_and(|held| held.seen > e.seen) {
+            return;
         }
+        *self.slot(e.kind, e.n, e.key, e.seen).0 = e;
     }
 }
 
 /// A hint that `at` will be read soon; no effect on what any read returns.
 #[inline(always)]
-fn prefetch(at: &u32) {
+fn prefetch<T>(at: &T) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: a prefetch never faults nor changes memory, and `at` is a live reference. SSE is part of the
     // x86_64 baseline.
     unsafe {
         use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        _mm_prefetch::<_MM_HINT_T0>((at as *const u32).cast());
+        _mm_prefetch::<_MM_HINT_T0>((at as *const T).cast());
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = at;
