@@ -5,7 +5,7 @@
 
 mod common;
 
-use kolm_rsd::head::{top2, HeadOptions, SubsetHead};
+use kolm_rsd::head::{top2, HeadDevice, HeadOptions, SubsetHead};
 use kolm_rsd::llama::{self, Model, ModelOptions};
 use kolm_rsd::server::{Server, ServerOptions};
 use kolm_rsd::shortlist::score_positions;
@@ -105,7 +105,7 @@ fn the_subset_head_on_the_vulkan_device_gives_the_full_heads_argmax() {
     score_positions(&model, &[toks], 8, 2, true, |pos| hidden.push(pos.hidden.unwrap().to_vec()), |_| {}).unwrap();
     let n_vocab = model.n_vocab() as u32;
     drop(model);
-    let opts = HeadOptions { best_device: true, ..HeadOptions::default() };
+    let opts = HeadOptions { device: HeadDevice::Best, ..HeadOptions::default() };
     let mut full = SubsetHead::from_gguf(&path, &(0..n_vocab).collect::<Vec<_>>(), &opts).unwrap();
     assert_eq!(full.backend_name(), DEVICE);
     // 8 columns a call: the mat-vec shaders, where a row's logit does not depend on how many rows there are.
