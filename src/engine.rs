@@ -146,9 +146,10 @@ impl EngineConfig {
 
     /// Parses `--spec-plugin-arg`: comma-separated `key=value` (`pack=PATH|off`, `misslog=PATH|off`, `misslog_cap=BYTES`,
     /// `adaptive=0|1`, `context=0|1`, `nmax=N`, `draft=GGUF`, `shortlist=PATH|full`, `margin=F`, `request_rows=0|1`,
-    /// `head_dev=cpu|best`, `live=PATH|mem|off`, `live_cap=ENTRIES`); a bare value is the pack path. Without `pack=`, the pack beside
-    /// the model is used when it exists; without `shortlist=`, the shortlist beside the draft GGUF, else the full
-    /// head; without `live=`, the live index is kept in [`default_live_path`].
+    /// `head_dev=cpu|best`, `live=PATH|mem|off`, `live_cap=ENTRIES`); a bare value is the pack path. Without `pack=`,
+    /// the pack beside the model is used when it exists; without `shortlist=`, the shortlist beside the draft GGUF,
+    /// else the full head; without `head_dev=`, [`DEFAULT_HEAD_DEVICE`]; without `live=`, the live index is kept in
+    /// [`default_live_path`].
     pub fn from_plugin_arg(arg: &str, model_path: &str) -> Result<EngineConfig, EngineError> {
         let mut cfg = EngineConfig::default();
         let model = (!model_path.is_empty()).then(|| PathBuf::from(model_path));
