@@ -8,6 +8,7 @@ pub use live::default_live_path;
 use crate::draft::model::{ModelDraftConfig, ModelDrafter};
 use crate::draft::syntax::TokenTexts;
 use crate::draft::{Drafter, DrafterConfig, Miss, Stats, TokenSource};
+use crate::head::HeadDevice;
 use crate::index::Index;
 use crate::live::{Live, LiveConfig};
 use crate::vocab::{drafter_texts, fingerprint, token_texts};
@@ -66,10 +67,17 @@ pub struct DraftChoice {
     pub margin: f32,
     /// Also score the request's own ids that the shortlist lacks.
     pub request_rows: bool,
+    /// Where its heads run (`head_dev=`).
+    pub head_device: HeadDevice,
 }
 
 /// Default margin fallback: a subset top-1 − top-2 logit margin below this scores the full head.
 pub const DEFAULT_MARGIN: f32 = 1.0;
+
+/// The draft model's heads go where its layers go: the plugin offloads every layer to the GPU llama.cpp
+/// picks (a GPU, else an integrated GPU), and `best` picks the same, else the CPU. A head left on the CPU
+/// beside layers on a GPU would cost a CPU GEMM of the shortlist's rows every step.
+pub const DEFAULT_HEAD_DEVICE: HeadDevice = HeadDevice::Best;
 
 /// `draft.gguf` → `draft.shortlist.json` beside it.
 pub fn shortlist_beside(model_path: &Path) -> PathBuf {
@@ -138,9 +146,10 @@ impl EngineConfig {
 
     /// Parses `--spec-plugin-arg`: comma-separated `key=value` (`pack=PATH|off`, `misslog=PATH|off`, `misslog_cap=BYTES`,
     /// `adaptive=0|1`, `context=0|1`, `nmax=N`, `draft=GGUF`, `shortlist=PATH|full`, `margin=F`, `request_rows=0|1`,
-    /// `live=PATH|mem|off`, `live_cap=ENTRIES`); a bare value is the pack path. Without `pack=`, the pack beside
-    /// the model is used when it exists; without `shortlist=`, the shortlist beside the draft GGUF, else the full
-    /// head; without `live=`, the live index is kept in [`default_live_path`].
+    /// `head_dev=cpu|best`, `live=PATH|mem|off`, `live_cap=ENTRIES`); a bare value is the pack path. Without `pack=`,
+    /// the pack beside the model is used when it exists; without `shortlist=`, the shortlist beside the draft GGUF,
+    /// else the full head; without `head_dev=`, [`DEFAULT_HEAD_DEVICE`]; without `live=`, the live index is kept in
+    /// [`default_live_path`].
     pub fn from_plugin_arg(arg: &str, model_path: &str) -> Result<EngineConfig, EngineError> {
         let mut cfg = EngineConfig::default();
         let model = (!model_path.is_empty()).then(|| PathBuf::from(model_path));
@@ -151,6 +160,7 @@ impl EngineConfig {
         let mut shortlist: Option<Option<PathBuf>> = None;
         let mut margin = DEFAULT_MARGIN;
         let mut request_rows = true;
+        let mut head_device: Option<HeadDevice> = None;
         let mut live: Option<LiveChoice> = None;
         for item in arg.split(',').map(str::trim).filter(|s| !s.is_empty()) {
             match item.split_once('=') {
@@ -168,6 +178,13 @@ impl EngineConfig {
                         .ok_or_else(|| EngineError::Arg(format!("--spec-plugin-arg: margin={v} is not a number ≥ 0")))?
                 }
                 Some(("request_rows", v)) => request_rows = parse_bool(v)?,
+                Some(("head_dev", "cpu")) => head_device = Some(HeadDevice::Cpu),
+                Some(("head_dev", "best")) => head_device = Some(HeadDevice::Best),
+                Some(("head_dev", v)) => {
+                    return Err(EngineError::Arg(format!(
+                        "--spec-plugin-arg: head_dev={v} is not `cpu` or `best` (the device of the draft model's LM head)"
+                    )))
+                }
                 Some(("misslog", "off")) => misslog = Some(None),
                 Some(("misslog", v)) => misslog = Some(Some(PathBuf::from(v))),
                 Some(("misslog_cap", v)) => {
@@ -191,7 +208,7 @@ impl EngineConfig {
                 }
                 Some((k, _)) => {
                     return Err(EngineError::Arg(format!(
-                        "--spec-plugin-arg: unknown key `{k}` (known: pack, misslog, misslog_cap, adaptive, context, nmax, draft, shortlist, margin, request_rows, live, live_cap)"
+                        "--spec-plugin-arg: unknown key `{k}` (known: pack, misslog, misslog_cap, adaptive, context, nmax, draft, shortlist, margin, request_rows, head_dev, live, live_cap)"
                     )))
                 }
             }
@@ -201,8 +218,10 @@ impl EngineConfig {
             Some(p) => Some(p),
             None => model.as_deref().map(pack_beside).filter(|p| p.is_file()),
         };
-        if shortlist.is_some() && draft.is_none() {
-            return Err(EngineError::Arg("--spec-plugin-arg: shortlist= needs draft=GGUF".into()));
+        for (key, given) in [("shortlist", shortlist.is_some()), ("head_dev", head_device.is_some())] {
+            if given && draft.is_none() {
+                return Err(EngineError::Arg(format!("--spec-plugin-arg: {key}= needs draft=GGUF")));
+            }
         }
         cfg.draft = draft.map(|d| DraftChoice {
             shortlist: match shortlist {
@@ -212,6 +231,7 @@ impl EngineConfig {
             model: d,
             margin,
             request_rows,
+            head_device: head_device.unwrap_or(DEFAULT_HEAD_DEVICE),
         });
         cfg.live = match live {
             Some(l) => l,
@@ -268,7 +288,8 @@ pub struct Counters {
 /// The drafter of one model: pack index, request n-grams, break-even control, miss log.
 pub struct Engine {
     drafter: Drafter,
-    draft: Option<DraftChoice>,
+    /// The draft model asked for, and the ggml backend its head runs on.
+    draft: Option<(DraftChoice, String)>,
     n_seq: usize,
     pack: Option<(PathBuf, usize)>,
     miss_log: Option<MissLog>,
@@ -316,7 +337,7 @@ impl Engine {
 
     /// The engine over what either constructor read: the vocabulary's size and fingerprint (the live index's
     /// file is kept for them), the pack's index, the shapes, the drafter's reading of texts, the model's name, a
-    /// draft model.
+    /// draft model with the backend its head runs on.
     #[allow(clippy::too_many_arguments)]
     fn assemble(
         n_vocab: usize,
@@ -325,9 +346,10 @@ impl Engine {
         shapes: ShapeTable,
         texts: TokenTexts,
         name: ModelInfo,
-        source: Option<Box<dyn TokenSource>>,
+        source: Option<(Box<dyn TokenSource>, String)>,
         cfg: EngineConfig,
     ) -> Engine {
+        let (source, head_backend) = source.unzip();
         let pack = cfg.pack.clone().zip(index.as_ref().map(Index::len));
         let dcfg = DrafterConfig {
             n_seq: cfg.n_seq,
@@ -354,7 +376,7 @@ impl Engine {
         }
         Engine {
             drafter,
-            draft: cfg.draft.clone(),
+            draft: cfg.draft.clone().zip(head_backend),
             n_seq: cfg.n_seq,
             pack,
             miss_log: cfg.miss_log.map(|p| MissLog::new(p, cfg.miss_log_cap)),
@@ -436,11 +458,12 @@ impl Engine {
             None => "no miss log".into(),
         };
         let draft = match &self.draft {
-            Some(d) => format!(
-                ", draft model {} with {}, margin {}",
+            Some((d, backend)) => format!(
+                ", draft model {} with {}, margin {}, head on {backend} (head_dev={})",
                 d.model.display(),
                 d.shortlist.as_ref().map_or("the full head".into(), |s| format!("shortlist {}", s.display())),
-                d.margin
+                d.margin,
+                d.head_device.as_str()
             ),
             None => String::new(),
         };
@@ -492,8 +515,9 @@ impl Engine {
     }
 }
 
-/// The draft model of `d`, refused unless its tokenizer is the target's (`model`, of fingerprint `want`).
-fn load_draft(model: &Model, want: &str, d: &DraftChoice, cfg: &EngineConfig) -> Result<Box<dyn TokenSource>, EngineError> {
+/// The draft model of `d`, refused unless its tokenizer is the target's (`model`, of fingerprint `want`), and
+/// the backend its head runs on.
+fn load_draft(model: &Model, want: &str, d: &DraftChoice, cfg: &EngineConfig) -> Result<(Box<dyn TokenSource>, String), EngineError> {
     let md = ModelDrafter::load(&ModelDraftConfig {
         model: d.model.clone(),
         shortlist: d.shortlist.clone(),
@@ -502,6 +526,7 @@ fn load_draft(model: &Model, want: &str, d: &DraftChoice, cfg: &EngineConfig) ->
         n_seq: cfg.n_seq,
         n_ctx: cfg.n_ctx,
         n_threads: cfg.n_threads,
+        head_device: d.head_device,
     })?;
     let got = fingerprint(md.model());
     if want != got || model.n_vocab() != md.model().n_vocab() {
@@ -512,7 +537,8 @@ fn load_draft(model: &Model, want: &str, d: &DraftChoice, cfg: &EngineConfig) ->
             model.n_vocab()
         )));
     }
-    Ok(Box::new(md))
+    let backend = md.head_backend();
+    Ok((Box::new(md), backend))
 }
 
 /// "on 40 / off 9 windows (62.1 / 55.0 tok/s)": how the measured gate ran.
@@ -573,6 +599,20 @@ mod tests {
         assert!(e.contains("needs draft="), "{e}");
         let e = EngineConfig::from_plugin_arg("draft=/m/d.gguf,margin=-1", "").unwrap_err().to_string();
         assert!(e.contains("margin=-1"), "{e}");
+    }
+
+    #[test]
+    fn head_dev_picks_the_draft_heads_device_and_defaults_to_the_best() {
+        let head = |arg: &str| EngineConfig::from_plugin_arg(arg, "").map(|c| c.draft.unwrap().head_device);
+        assert_eq!(head("draft=/m/d.gguf").unwrap(), HeadDevice::Best);
+        assert_eq!(head("draft=/m/d.gguf,head_dev=cpu").unwrap(), HeadDevice::Cpu);
+        assert_eq!(head("head_dev=best,draft=/m/d.gguf").unwrap(), HeadDevice::Best);
+        for bad in ["gpu", "CPU", "", "Vulkan0"] {
+            let e = EngineConfig::from_plugin_arg(&format!("draft=/m/d.gguf,head_dev={bad}"), "").map(|_| ()).unwrap_err().to_string();
+            assert!(e.contains(&format!("head_dev={bad} is not `cpu` or `best`")), "{bad}: {e}");
+        }
+        let e = EngineConfig::from_plugin_arg("head_dev=cpu", "").unwrap_err().to_string();
+        assert!(e.contains("head_dev= needs draft="), "{e}");
     }
 
     #[test]

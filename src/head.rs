@@ -106,18 +106,38 @@ impl HeadInfo {
     }
 }
 
+/// Which ggml device holds the head's rows and scores them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HeadDevice {
+    /// ggml's CPU backend.
+    Cpu,
+    /// `ggml_backend_init_best`: the first GPU, else an integrated GPU, else the CPU. llama.cpp offloads a
+    /// model's layers in that same order, so a fully offloaded draft model and its head share a device.
+    Best,
+}
+
+impl HeadDevice {
+    /// The name `head_dev=` takes.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HeadDevice::Cpu => "cpu",
+            HeadDevice::Best => "best",
+        }
+    }
+}
+
 /// Where the head runs.
 #[derive(Clone, Debug)]
 pub struct HeadOptions {
     /// Threads of the CPU backend.
     pub n_threads: i32,
-    /// Use the best device ggml has (a GPU when libggml was built with one) instead of the CPU.
-    pub best_device: bool,
+    pub device: HeadDevice,
 }
 
 impl Default for HeadOptions {
+    /// The CPU: the offline tools (`shortlist report`) time and compare heads there.
     fn default() -> Self {
-        HeadOptions { n_threads: 2, best_device: false }
+        HeadOptions { n_threads: 2, device: HeadDevice::Cpu }
     }
 }
 
@@ -195,7 +215,7 @@ impl SubsetHead {
         // SAFETY: generic backend API. The device pointer comes from ggml's registry; every returned
         // pointer is checked before use and owned (freed in Drop, or here on error).
         let backend = unsafe {
-            let b = if opts.best_device {
+            let b = if opts.device == HeadDevice::Best {
                 sys::ggml_backend_init_best()
             } else {
                 let dev = sys::ggml_backend_dev_by_type(sys::GGML_BACKEND_DEVICE_TYPE_CPU);
@@ -260,7 +280,7 @@ impl SubsetHead {
         self.n_embd
     }
 
-    /// The backend's name (e.g. "CPU").
+    /// The backend's name (e.g. "CPU", "Vulkan0").
     pub fn backend_name(&self) -> String {
         // SAFETY: live backend; the name is a static C string.
         unsafe { std::ffi::CStr::from_ptr(sys::ggml_backend_name(self.backend.as_ptr())).to_string_lossy().into_owned() }

@@ -10,7 +10,8 @@ use kolm_rsd::draft::model::{ModelDraftConfig, ModelDrafter};
 use kolm_rsd::draft::TokenSource;
 use kolm_rsd::llama::{argmax, Batch, Context, ContextOptions, Model, ModelOptions, Token};
 use kolm_rsd::server::{Server, ServerOptions};
-use kolm_rsd::shortlist::{Method, Shortlist};
+use common::shortlist_with;
+use kolm_rsd::head::HeadDevice;
 use std::path::{Path, PathBuf};
 
 const PROMPT: &str = "Extract JSON with name and age: Ann Lee is 42 years old and lives in Oslo.";
@@ -56,7 +57,8 @@ fn smol_answer() -> (Model, Vec<Token>, Vec<Token>) {
 }
 
 fn config(shortlist: Option<PathBuf>, margin: f32) -> ModelDraftConfig {
-    ModelDraftConfig { model: common::smol(), shortlist, margin, request_rows: false, n_seq: 1, n_ctx: 1024, n_threads: 0 }
+    let head_device = HeadDevice::Best;
+    ModelDraftConfig { model: common::smol(), shortlist, margin, request_rows: false, n_seq: 1, n_ctx: 1024, n_threads: 0, head_device }
 }
 
 #[test]
@@ -84,17 +86,6 @@ fn request_rows_give_the_prompt_tokens_a_shortlist_lacks() {
     assert!(st.request_hits as usize >= missing.len(), "{st:?}, missing {missing:?}");
     // The prompt brings the new ids at once; the answer adds none (it is made of the list and the prompt).
     assert_eq!(st.request_rebuilds, 1, "{st:?}");
-}
-
-/// A shortlist of `size` ids for SmolLM2 that holds `must` (the rest: low ids, the BPE prior).
-fn shortlist_with(model: &Model, must: &[Token], size: usize, path: &Path) -> Shortlist {
-    let fp = kolm_rsd::vocab::fingerprint(model);
-    let mut ranking: Vec<u32> = must.iter().map(|&t| t as u32).collect();
-    ranking.extend(0..model.n_vocab() as u32);
-    let always = kolm_rsd::shortlist::always_tokens(model);
-    let s = Shortlist::from_ranking(&ranking, &always, size, model.n_vocab() as u32, fp, Method::Topk, 10);
-    std::fs::write(path, s.to_vec()).unwrap();
-    s
 }
 
 #[test]
@@ -163,6 +154,10 @@ fn plugin_drafts_with_the_model_and_output_is_identical() {
         spec.stop();
         let summary = common::plugin_summary(&log);
         assert!(common::summary_number(&summary, "model hits ") > 0, "{name}: the model drafted nothing: {summary}");
+        // head_dev's default, `best`, is the CPU when libggml has no GPU.
+        if !cfg!(any(feature = "cuda", feature = "metal", feature = "vulkan")) {
+            assert!(summary.contains(" rows on CPU: "), "{name}: the head's backend is not named: {summary}");
+        }
         // The draft model is the target: it must agree almost everywhere.
         assert!(drafted > 0 && accepted * 10 >= drafted * 9, "{name}: accepted {accepted} of {drafted}: {summary}");
         eprintln!("{name}: {summary}");

@@ -16,6 +16,7 @@ pub mod report;
 pub mod run;
 
 use crate::draft::model::ModelDraftConfig;
+use crate::engine::DEFAULT_HEAD_DEVICE;
 use crate::fetch::{self, FetchError};
 use crate::shortlist::Shortlist;
 use crate::llama::{LlamaError, Model, ModelOptions};
@@ -442,6 +443,8 @@ pub fn run(opts: &BenchOptions, packs: Option<&PackBuilder>, obs: &dyn Observer)
                     n_seq: 1,
                     n_ctx: 1024,
                     n_threads: threads,
+                    // The plugin's default, so the step costs what serving pays.
+                    head_device: DEFAULT_HEAD_DEVICE,
                 };
                 ceiling::model_draft_step_ms(&cfg, 128, opts.beta_reps.max(5) * 3)
             };

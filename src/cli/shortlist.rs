@@ -3,7 +3,7 @@
 use super::CliResult;
 use indicatif::ProgressBar;
 use kolm_rsd::compile::templated;
-use kolm_rsd::head::{certify, exact_dot, needs_full_head, principal_directions, top2, HeadInfo, HeadOptions, HeadRows, ProjectedBound, SubsetHead};
+use kolm_rsd::head::{certify, exact_dot, needs_full_head, principal_directions, top2, HeadDevice, HeadInfo, HeadOptions, HeadRows, ProjectedBound, SubsetHead};
 use kolm_rsd::llama::{argmax, Model, ModelOptions, Token};
 use kolm_rsd::pack::write_atomic;
 use kolm_rsd::vocab;
@@ -326,7 +326,7 @@ fn report(a: &ReportArgs) -> CliResult {
         return Err(format!("{npos} held-out positions: too few for the certificate's two folds").into());
     }
     let info = HeadInfo::open(&a.model)?;
-    let hopts = HeadOptions { n_threads: a.text.threads, best_device: false };
+    let hopts = HeadOptions { n_threads: a.text.threads, device: HeadDevice::Cpu };
     let rows = HeadRows::read(info.clone())?;
     let cut = fold_boundary(&text_lens);
     let folds = [0..cut, cut..npos];
@@ -461,7 +461,7 @@ fn report(a: &ReportArgs) -> CliResult {
     md += &format!("\n{cert_md}\n");
 
     // Head GEMM time, one hidden state (a draft step), subset vs full, interleaved.
-    let topts = HeadOptions { n_threads: a.time_threads, best_device: false };
+    let topts = HeadOptions { n_threads: a.time_threads, device: HeadDevice::Cpu };
     let mut full = SubsetHead::from_gguf(&a.model, &(0..n_vocab as u32).collect::<Vec<_>>(), &topts)?;
     md += &format!(
         "Head GEMM (ggml_mul_mat of the {} rows by one hidden state, i.e. one draft step's head), {} backend, {} thread(s), \

@@ -4,7 +4,7 @@
 //! full head.
 
 use super::TokenSource;
-use crate::head::{needs_full_head, top2, HeadError, HeadInfo, HeadOptions, SubsetHead};
+use crate::head::{needs_full_head, top2, HeadDevice, HeadError, HeadInfo, HeadOptions, SubsetHead};
 use crate::llama::{Batch, Context, ContextOptions, LlamaError, Model, ModelOptions};
 use crate::shortlist::Shortlist;
 use std::path::PathBuf;
@@ -25,6 +25,8 @@ pub struct ModelDraftConfig {
     /// KV cells shared by all sequences (the target's context size is enough).
     pub n_ctx: u32,
     pub n_threads: i32,
+    /// Where the heads (subset, full fallback, request rows) run; the model's layers go to every GPU.
+    pub head_device: HeadDevice,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -102,7 +104,7 @@ impl ModelDrafter {
         let head_skipped = ctx.set_skip_output_head(true);
         let n_vocab = model.n_vocab() as u32;
         let all: Vec<u32> = (0..n_vocab).collect();
-        let opts = HeadOptions { n_threads: cfg.n_threads.max(1), best_device: false };
+        let opts = HeadOptions { n_threads: cfg.n_threads.max(1), device: cfg.head_device };
         let path = cfg.model.display().to_string();
         let head_err = |e| ModelDraftError::Head(path.clone(), e);
         // The GGUF is parsed once for every head made from it.
@@ -152,6 +154,11 @@ impl ModelDrafter {
     /// Rows the head scores.
     pub fn head_rows(&self) -> usize {
         self.head.len()
+    }
+
+    /// The ggml backend the head runs on (e.g. "CPU", "Vulkan0").
+    pub fn head_backend(&self) -> String {
+        self.head.backend_name()
     }
 
     pub fn stats(&self) -> ModelDraftStats {
@@ -245,8 +252,9 @@ impl TokenSource for ModelDrafter {
     fn summary(&self) -> String {
         let s = &self.stats;
         format!(
-            "draft model {} rows{}: {} tokens, {:.2} ms/token, head fallbacks {} ({:.1}%), request rows gave {} ({} rebuilds), caught up {}",
+            "draft model {} rows on {}{}: {} tokens, {:.2} ms/token, head fallbacks {} ({:.1}%), request rows gave {} ({} rebuilds), caught up {}",
             self.head.len(),
+            self.head.backend_name(),
             if s.head_skipped { "" } else { " (llama.cpp head not skipped)" },
             s.tokens,
             s.ns as f64 / 1e6 / s.tokens.max(1) as f64,

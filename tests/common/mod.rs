@@ -116,3 +116,15 @@ pub fn summary_number(summary: &str, key: &str) -> u64 {
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no `{key}` in `{summary}`"))
 }
+
+/// A shortlist of `size` ids for `model` that holds `must` (the rest: low ids, the BPE prior), written to
+/// `path`.
+pub fn shortlist_with(model: &kolm_rsd::llama::Model, must: &[kolm_rsd::llama::Token], size: usize, path: &Path) -> kolm_rsd::shortlist::Shortlist {
+    use kolm_rsd::shortlist::{always_tokens, Method, Shortlist};
+    let fp = kolm_rsd::vocab::fingerprint(model);
+    let mut ranking: Vec<u32> = must.iter().map(|&t| t as u32).collect();
+    ranking.extend(0..model.n_vocab() as u32);
+    let s = Shortlist::from_ranking(&ranking, &always_tokens(model), size, model.n_vocab() as u32, fp, Method::Topk, 10);
+    std::fs::write(path, s.to_vec()).unwrap();
+    s
+}
