@@ -220,18 +220,23 @@ impl Live {
         (start + i, held)
     }
 
+    /// The keys of the contexts that end `history`, their sets' lines already asked for.
+    #[inline]
+    fn contexts(&self, history: &[i32]) -> Contexts {
+        let mut c = Contexts { lo: self.cfg.min_n.max(1) - 1, keys: [0; MAX_N], n: 0, shape_keys: [0; MAX_N], m: 0 };
+        c.n = literal_suffix_keys(history, self.cfg.max_n_literal, &mut c.keys);
+        c.m = self.shapes.as_ref().map_or(0, |sh| sh.suffix_keys(history, self.cfg.max_n_shape, &mut c.shape_keys));
+        self.prefetch(EntryKind::Literal, &c.keys[..c.n], c.lo);
+        self.prefetch(EntryKind::Shape, &c.shape_keys[..c.m], c.lo);
+        c
+    }
+
     /// Counts `token` (verified output) after every context of `history` (all tokens before it).
     pub fn feed(&mut self, history: &[i32], token: i32) {
         let Ok(token) = u32::try_from(token) else { return };
         self.tick = self.tick.wrapping_add(1);
         self.fed += 1;
-        let lo = self.cfg.min_n.max(1) - 1;
-        let mut keys = [0u64; MAX_N];
-        let n = literal_suffix_keys(history, self.cfg.max_n_literal, &mut keys);
-        let mut shape_keys = [0u64; MAX_N];
-        let m = self.shapes.as_ref().map_or(0, |sh| sh.suffix_keys(history, self.cfg.max_n_shape, &mut shape_keys));
-        self.prefetch(EntryKind::Literal, &keys[..n], lo);
-        self.prefetch(EntryKind::Shape, &shape_keys[..m], lo);
+        let Contexts { lo, keys, n, shape_keys, m } = self.contexts(history);
         // Two passes, so the entries' cache misses overlap too: claim every context's slot (the sets' lines,
         // prefetched above) and prefetch the entry, then count. Should a later claim evict an earlier one's
         // slot (8 contexts of one feed in one set), the later write wins, as it would one at a time.
@@ -260,13 +265,7 @@ impl Live {
     /// context (as [`crate::index::Index::lookup`] reads a pack).
     #[inline]
     pub fn lookup(&self, history: &[i32]) -> Option<Hit> {
-        let lo = self.cfg.min_n.max(1) - 1;
-        let mut keys = [0u64; MAX_N];
-        let n = literal_suffix_keys(history, self.cfg.max_n_literal, &mut keys);
-        let mut shape_keys = [0u64; MAX_N];
-        let m = self.shapes.as_ref().map_or(0, |sh| sh.suffix_keys(history, self.cfg.max_n_shape, &mut shape_keys));
-        self.prefetch(EntryKind::Literal, &keys[..n], lo);
-        self.prefetch(EntryKind::Shape, &shape_keys[..m], lo);
+        let Contexts { lo, keys, n, shape_keys, m } = self.contexts(history);
         if let Some(e) = (lo..n).rev().find_map(|i| self.find(EntryKind::Literal, i as u8 + 1, keys[i])) {
             return Some(e.hit());
         }
@@ -291,6 +290,16 @@ impl Live {
         }
         *self.slot(e.kind, e.n, e.key, e.seen).0 = e;
     }
+}
+
+/// The contexts ending a history: `keys[i]` is the literal window of `i + 1` tokens (`n` of them), `shape_keys`
+/// the shape windows (`m`); lengths below `lo + 1` are not counted.
+struct Contexts {
+    lo: usize,
+    keys: [u64; MAX_N],
+    n: usize,
+    shape_keys: [u64; MAX_N],
+    m: usize,
 }
 
 /// A hint that `at` will be read soon; no effect on what any read returns.
