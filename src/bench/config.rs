@@ -42,11 +42,12 @@ pub enum ConfigKind {
     FullHeadFixed,
     Live,
     LiveKept,
+    Predict,
 }
 
 impl ConfigKind {
     /// Every configuration, in report order.
-    pub const ALL: [ConfigKind; 14] = [
+    pub const ALL: [ConfigKind; 15] = [
         ConfigKind::None,
         ConfigKind::NgramSimple,
         ConfigKind::NgramMapK,
@@ -61,6 +62,7 @@ impl ConfigKind {
         ConfigKind::FullHeadFixed,
         ConfigKind::Live,
         ConfigKind::LiveKept,
+        ConfigKind::Predict,
     ];
 
     pub fn name(self) -> &'static str {
@@ -79,6 +81,7 @@ impl ConfigKind {
             ConfigKind::FullHeadFixed => "kolm-fullhead-fixed",
             ConfigKind::Live => "kolm-live",
             ConfigKind::LiveKept => "kolm-live-kept",
+            ConfigKind::Predict => "kolm-predict",
         }
     }
 
@@ -102,6 +105,11 @@ impl ConfigKind {
 
     pub fn needs_pack(self) -> bool {
         matches!(self, ConfigKind::Pack | ConfigKind::PackContext | ConfigKind::PackShortlist)
+    }
+
+    /// Sends each prompt's code block as the request's `prediction` (OpenAI's predicted outputs).
+    pub fn sends_prediction(self) -> bool {
+        self == ConfigKind::Predict
     }
 
     /// Drafts with a second model (its cost enters the ceiling as d).
@@ -140,6 +148,8 @@ pub struct Assets {
     pub lookup_caches: Result<(PathBuf, PathBuf), String>,
     /// The shortlist for the draft model.
     pub shortlist: Result<PathBuf, String>,
+    /// Whether the workload's prompts carry a code block to send as the predicted output.
+    pub predictions: Result<(), String>,
 }
 
 /// One runnable configuration: the flags of its llama-server.
@@ -249,6 +259,8 @@ fn plan_one(kind: ConfigKind, a: &Assets) -> Planned {
         // No compiled pack: the request's copies and what the server learns from its traffic.
         ConfigKind::Live => kolm(vec![plugin_keys::PACK_OFF.into()], None),
         ConfigKind::LiveKept => kolm(vec![plugin_keys::PACK_OFF.into(), format!("{}={}", plugin_keys::LIVE, a.live_file.display())], None),
+        // The request's predicted output alone: no pack, no copies of the prompt, nothing learned from traffic.
+        ConfigKind::Predict => a.predictions.clone().and_then(|()| kolm(vec![plugin_keys::PACK_OFF.into(), plugin_keys::CONTEXT_OFF.into(), "live=off".into()], None)),
         ConfigKind::Shortlist => model_only(Some(a.shortlist.clone()), false),
         ConfigKind::ShortlistFixed => model_only(Some(a.shortlist.clone()), true),
         ConfigKind::FullHeadFixed => model_only(None, true),
@@ -284,6 +296,7 @@ mod tests {
             lookup_caches: Ok(("/o/s.lcs".into(), "/o/d.lcd".into())),
             shortlist: Err("no shortlist".into()),
             live_file: "/o/m.live.json".into(),
+            predictions: Ok(()),
         }
     }
 
@@ -316,6 +329,12 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+        match get(ConfigKind::Predict) {
+            Planned::Run(c) => assert_eq!(c.plugin_arg.as_deref(), Some("pack=off,context=0,live=off,misslog=off")),
+            other => panic!("{other:?}"),
+        }
+        let none = plan(&[ConfigKind::Predict], &Assets { predictions: Err("no code".into()), ..assets() });
+        assert!(matches!(&none[0], Planned::Skip { reason, .. } if reason == "no code"));
         match get(ConfigKind::PackContext) {
             Planned::Run(c) => assert_eq!(c.plugin_arg.as_deref(), Some("pack=/o/m.recipes.json,live=mem,misslog=off")),
             other => panic!("{other:?}"),

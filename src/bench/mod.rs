@@ -267,8 +267,13 @@ pub fn run(opts: &BenchOptions, packs: Option<&PackBuilder>, obs: &dyn Observer)
                 continue;
             }
             let template = |u: &str| crate::compile::templated(&model, u);
-            let prompts: Vec<BenchPrompt> = held.iter().map(|p| BenchPrompt { id: p.id.clone(), text: template(&p.text) }).collect();
-            let traffic: Vec<BenchPrompt> = train.iter().take(opts.warm).map(|p| BenchPrompt { id: p.id.clone(), text: template(&p.text) }).collect();
+            let bench_prompt = |p: &workload::Prompt| BenchPrompt {
+                id: p.id.clone(),
+                text: template(&p.text),
+                prediction: workload::code_edit::code_block(&p.text).map(str::to_string),
+            };
+            let prompts: Vec<BenchPrompt> = held.iter().map(bench_prompt).collect();
+            let traffic: Vec<BenchPrompt> = train.iter().take(opts.warm).map(bench_prompt).collect();
             let longest = prompts.iter().map(|p| model.tokenize(&p.text, true, true).map(|t| t.len())).collect::<Result<Vec<_>, _>>()?;
             let longest = longest.into_iter().max().unwrap_or(0);
             let n_ctx = ((longest + opts.n_predict as usize + 64).next_multiple_of(256)).max(512) as u32;
@@ -282,6 +287,11 @@ pub fn run(opts: &BenchOptions, packs: Option<&PackBuilder>, obs: &dyn Observer)
                 lookup_caches: Err("not asked for".into()),
                 shortlist: shortlist.clone(),
                 live_file: log_dir.join(&stem).join("kolm-live-kept.live.json"),
+                predictions: if prompts.iter().all(|p| p.prediction.is_some()) {
+                    Ok(())
+                } else {
+                    Err(format!("{wl}: not every prompt has a code block to send as its predicted output"))
+                },
             };
             let (mut train_prompts, mut train_tokens, mut pack_note) = (0, 0, None);
             let mut built_runs: Option<Vec<prep::TrainRun>> = None;

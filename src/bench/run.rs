@@ -17,6 +17,26 @@ use std::time::{Duration, Instant};
 pub struct BenchPrompt {
     pub id: String,
     pub text: String,
+    /// The predicted output a client would send with it (the code it asks to change), if any.
+    pub prediction: Option<String>,
+}
+
+impl BenchPrompt {
+    /// Sends the prompt: greedy, `n_predict` tokens at most, with its prediction when `predict` and it has one.
+    fn send(&self, server: &Server, n_predict: u32, predict: bool) -> Result<Completion, String> {
+        match self.prediction.as_deref().filter(|_| predict) {
+            None => server.complete(&self.text, n_predict),
+            Some(p) => server.request(serde_json::json!({
+                "prompt": self.text,
+                "n_predict": n_predict,
+                "temperature": 0.0,
+                "seed": 0,
+                "cache_prompt": false,
+                "prediction": {"type": "content", "content": p},
+            })),
+        }
+        .map_err(|e| e.to_string())
+    }
 }
 
 /// What is the same for every configuration of one run.
@@ -220,14 +240,15 @@ pub fn run_interleaved(spec: &RunSpec, configs: &[Config], obs: &dyn Observer) -
                 std::thread::sleep(spec.settle);
                 let before = drafts_total(server);
                 let t0 = Instant::now();
+                let predict = configs[ci].kind.sends_prediction();
                 let results: Vec<(usize, Result<Completion, String>)> = if spec.slots <= 1 {
-                    chunk.iter().enumerate().map(|(i, p)| (i, server.complete(&p.text, spec.n_predict).map_err(|e| e.to_string()))).collect()
+                    chunk.iter().enumerate().map(|(i, p)| (i, p.send(server, spec.n_predict, predict))).collect()
                 } else {
                     std::thread::scope(|s| {
                         let handles: Vec<_> = chunk
                             .iter()
                             .enumerate()
-                            .map(|(i, p)| s.spawn(move || (i, server.complete(&p.text, spec.n_predict).map_err(|e| e.to_string()))))
+                            .map(|(i, p)| s.spawn(move || (i, p.send(server, spec.n_predict, predict))))
                             .collect();
                         handles.into_iter().map(|h| h.join().expect("client thread panicked")).collect()
                     })

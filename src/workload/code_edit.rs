@@ -66,6 +66,14 @@ pub fn prompt(index: usize, code_prompt: &str, solution: &str, entry_point: &str
     (edit, text)
 }
 
+/// The code a prompt asks to change: the contents of its first ```python block (what a client editing a file
+/// would send as the request's predicted output).
+pub fn code_block(text: &str) -> Option<&str> {
+    let start = text.find("```python\n")? + "```python\n".len();
+    let len = text[start..].find("\n```")?;
+    Some(&text[start..start + len])
+}
+
 /// `has_close_elements` → `hasCloseElements`; a one-word name gets `_v2`.
 fn rename(name: &str) -> String {
     let mut parts = name.split('_').filter(|p| !p.is_empty());
@@ -113,6 +121,14 @@ mod tests {
 
     const PROMPT: &str = "from typing import List\n\n\ndef has_close_elements(numbers: List[float], threshold: float) -> bool:\n    \"\"\" Check if any two numbers are closer than threshold.\n    >>> has_close_elements([1.0, 2.0], 0.5)\n    False\n    \"\"\"\n";
     const SOLUTION: &str = "    for i, a in enumerate(numbers):\n        for b in numbers[i + 1:]:\n            if abs(a - b) < threshold:\n                return True\n    return False\n";
+
+    #[test]
+    fn the_code_block_is_the_code_to_change() {
+        let (_, text) = prompt(0, PROMPT, SOLUTION, "has_close_elements");
+        assert_eq!(code_block(&text), Some(format!("{PROMPT}{SOLUTION}").trim_end()));
+        assert_eq!(code_block("no code here"), None);
+        assert_eq!(code_block("```python\nunclosed"), None);
+    }
 
     #[test]
     fn held_out_indices_cover_every_kind() {
