@@ -53,6 +53,10 @@ pub struct BetaModel {
     observations: u32,
     /// Current estimate, index m = tokens verified (index 0 unused).
     beta: [f64; BUCKETS],
+    /// Steps of more than [`CALL_MAX`] tokens (several decode calls, `-np > 1`): their measured duration over the
+    /// one the buckets add up to, which β past [`CALL_MAX`] is scaled by (1 until measured).
+    split_ratio: f64,
+    split_samples: u32,
 }
 
 impl BetaModel {
@@ -74,17 +78,27 @@ impl BetaModel {
             samples: [0; BUCKETS],
             observations: 0,
             beta: table,
+            split_ratio: 1.0,
+            split_samples: 0,
         }
     }
 
     /// β for `verified` tokens (1 = plain step). Past [`CALL_MAX`] tokens llama-server splits the batch into
-    /// calls of at most that many (patch 0004), each paying its own fixed cost.
+    /// calls of at most that many (patch 0004), each paying its own fixed cost: their sum, scaled by what such steps
+    /// were measured to take against it.
     #[inline]
     pub fn beta(&self, verified: usize) -> f64 {
         let v = verified.max(1);
         if v <= CALL_MAX {
             return self.beta[v];
         }
+        // Never below one whole call: a measured ratio under 1 must not make a 17th token look like a saving.
+        (self.split_ratio * self.calls_beta(v)).max(self.beta[CALL_MAX])
+    }
+
+    /// β of `v` > [`CALL_MAX`] tokens as the sum of its calls' (patch 0004 splits a step into calls of at most
+    /// [`CALL_MAX`]).
+    fn calls_beta(&self, v: usize) -> f64 {
         let (calls, rest) = (v / CALL_MAX, v % CALL_MAX);
         calls as f64 * self.beta[CALL_MAX] + if rest > 0 { self.beta[rest] } else { 0.0 }
     }
@@ -97,7 +111,17 @@ impl BetaModel {
     /// Records that a step verifying `verified` tokens took `dt_ns`.
     pub fn observe(&mut self, verified: usize, dt_ns: u64) {
         if verified > CALL_MAX {
-            return; // several decode calls: no one bucket's cost
+            // Several decode calls: no one bucket's cost, but a check of their sum.
+            if let Some(unit) = self.unit_ns() {
+                let ratio = dt_ns as f64 / (unit * self.calls_beta(verified));
+                if ratio > 0.0 && ratio <= OUTLIER {
+                    let ratio = if self.split_samples >= CLIP_AFTER { ratio.min(CLIP * self.split_ratio) } else { ratio };
+                    self.split_samples = self.split_samples.saturating_add(1);
+                    let w = 1.0 / (f64::from(self.split_samples.min(EMA_SAMPLES)) + PRIOR_WEIGHT);
+                    self.split_ratio += w * (ratio - self.split_ratio);
+                }
+            }
+            return;
         }
         let m = verified.max(1);
         let dt = dt_ns as f64;
@@ -371,6 +395,27 @@ mod tests {
         // Past 16 tokens a call is split in two (patch 0004), and the second costs a whole call again.
         assert!(b.beta(17) - b.beta(16) >= 0.99, "{} {}", b.beta(17), b.beta(16));
         assert!((b.beta(40) - (2.0 * b.beta(16) + b.beta(8))).abs() < 1e-9);
+    }
+
+    #[test]
+    fn split_steps_are_measured_against_the_sum_of_their_calls() {
+        let mut b = BetaModel::new(DEFAULT_BETA_PRIOR);
+        let sum = b.beta(24);
+        b.observe(24, 1_000_000_000);
+        assert_eq!(b.beta(24), sum, "no plain step measured yet: nothing to scale by");
+        for _ in 0..40 {
+            b.observe(1, 10_000_000);
+            // A split step of 24 tokens takes 0.8 of what its two calls add up to (one of them overlaps the other's
+            // fixed cost, say).
+            b.observe(24, (0.8 * 10_000_000.0 * b.calls_beta(24)) as u64);
+        }
+        let r = b.beta(24) / b.calls_beta(24);
+        assert!((r - 0.8).abs() < 0.02, "ratio {r}");
+        assert!((b.beta(40) / b.calls_beta(40) - r).abs() < 1e-12, "every split size is scaled alike");
+        assert_eq!(b.table()[15], b.beta(16) as f32, "one call's β is its bucket's");
+        assert!(b.beta(17) >= b.beta(16), "past one call β never falls: {} < {}", b.beta(17), b.beta(16));
+        b.observe(24, 10_000_000_000_000);
+        assert!((b.beta(24) / b.calls_beta(24) - r).abs() < 1e-12, "idle time is not cost");
     }
 
     #[test]
