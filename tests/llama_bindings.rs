@@ -1,12 +1,14 @@
-//! The safe llama layer on the real test model: load, metadata, tokenize round trip, greedy generation,
-//! and clear errors for missing or broken model files.
+//! The safe llama layer on the real test model: load, metadata, tokenize round trip, greedy generation (and the
+//! teacher's batched greedy answers), and clear errors for missing or broken model files.
 
 mod common;
 
 use kolm_rsd::llama::{argmax, Batch, Context, ContextOptions, GgufFile, Model, ModelOptions};
+use kolm_rsd::teacher::{Job, Sampling, Teacher};
 
 #[test]
 fn greedy_generation_is_deterministic_and_readable() {
+    let _serial = common::one_at_a_time();
     let path = common::smol();
     let model = Model::load(&path, &ModelOptions::default()).unwrap();
     assert_eq!(model.n_vocab(), 49_152);
@@ -64,4 +66,34 @@ fn missing_and_corrupt_models_are_clear_errors() {
     assert!(e.contains("junk.gguf") && e.contains("not a valid GGUF"), "{e}");
     let e = Model::load(&junk, &ModelOptions::default()).err().unwrap().to_string();
     assert!(e.contains("junk.gguf") && e.contains("cannot load"), "{e}");
+}
+
+#[test]
+fn a_stream_of_jobs_on_fewer_sequences_gives_each_prompt_its_greedy_answer() {
+    let _serial = common::one_at_a_time();
+    let model = Model::load(&common::smol(), &ModelOptions::default()).unwrap();
+    let prompts: Vec<Vec<i32>> = ["What is the capital of France?", "Write one sentence about rain.", "Name three colours."]
+        .iter()
+        .map(|q| model.tokenize(&model.chat_prompt(q).unwrap(), true, true).unwrap())
+        .collect();
+    // One sequence at a time, one token per decode: the oracle.
+    let mut alone = Teacher::new(&model, 1, 256, 0).unwrap();
+    let want: Vec<Vec<i32>> = prompts.iter().map(|p| alone.greedy(p, 24).unwrap()).collect();
+    assert!(want.iter().all(|w| !w.is_empty()));
+    // The compile's way: one stream of jobs over fewer sequences than jobs, so ending sequences take the next job
+    // and the jobs of one prompt copy its decoded prompt; generation calls of at most 2 tokens are computed like
+    // single-token decoding (patch 0002), so every answer is the same.
+    let s = Sampling { samples: 1, temperature: 0.0, top_k: 1, max_tokens: 24, seed: 0, with_greedy: true };
+    let jobs: Vec<Job> = [0, 0, 0, 1, 2].into_iter().map(|prompt| Job { prompt, greedy: true }).collect();
+    let mut got = vec![Vec::new(); jobs.len()];
+    let mut order = Vec::new();
+    let mut two = Teacher::new(&model, 2, 256, 0).unwrap();
+    two.run(&prompts, &jobs, &s, &mut fastrand::Rng::with_seed(1), |j, out| {
+        order.push(j);
+        got[j] = out;
+    })
+    .unwrap();
+    order.sort_unstable();
+    assert_eq!(order, [0, 1, 2, 3, 4], "every job is handed over once");
+    assert_eq!(got, [0, 0, 0, 1, 2].map(|p| want[p].clone()));
 }

@@ -132,10 +132,11 @@ impl<'m> Context<'m> {
         unsafe { sys::llama_memory_seq_rm(sys::llama_get_memory(self.ptr.as_ptr()), seq, p0, p1) }
     }
 
-    /// Copies sequence `src`'s cache into `dst` (shares cells; no recompute).
-    pub fn seq_cp(&mut self, src: i32, dst: i32) {
-        // SAFETY: live context; llama.cpp validates the sequence ids.
-        unsafe { sys::llama_memory_seq_cp(sys::llama_get_memory(self.ptr.as_ptr()), src, dst, -1, -1) };
+    /// Copies sequence `src`'s cache at positions `p0..p1` into `dst` (shares cells; no recompute; -1 = open end;
+    /// a part of a sequence only with a unified cache).
+    pub fn seq_cp(&mut self, src: i32, dst: i32, p0: i32, p1: i32) {
+        // SAFETY: live context; llama.cpp validates the sequence ids and the range.
+        unsafe { sys::llama_memory_seq_cp(sys::llama_get_memory(self.ptr.as_ptr()), src, dst, p0, p1) };
     }
 
     /// Empties the KV cache.
