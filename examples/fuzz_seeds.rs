@@ -39,7 +39,7 @@ fn main() {
 
     // Real answers: the model's greedy continuations of a few JSON-extraction prompts.
     let prompts = kolm_rsd::workload::load("json-extraction").unwrap();
-    let mut teacher = Teacher::new(&m, 1, 2048).unwrap();
+    let mut teacher = Teacher::new(&m, 1, 2048, 0).unwrap();
     let mut streams = Vec::new();
     for p in prompts.iter().step_by(12) {
         let prompt = m.tokenize(&templated(&m, &p.text), true, true).unwrap();

@@ -1,7 +1,8 @@
 //! The benchmark harness end to end on SmolLM2-135M, shrunk: two held-out JSON-extraction prompts, no
 //! speculation against llama.cpp's ngram-cache (with lookup caches written by our own writer, so llama.cpp's
 //! loader checks the format) and the kolm-rsd pack + context n-grams (compiled in process from the same
-//! training prompts). Outputs must be byte-identical; the numbers must be sane. No timing assertions.
+//! training prompts). Outputs must be byte-identical; the numbers must be sane. No timing assertions. And the
+//! compile's throughput comparison (`bench --compile`) runs llama-batched-bench with the compile's shape.
 
 mod common;
 
@@ -9,6 +10,7 @@ use kolm_rsd::bench::{self, config::ConfigKind, prep, report, BenchOptions, Quie
 
 #[test]
 fn quick_bench_gives_identical_outputs_and_sane_numbers() {
+    let _serial = common::one_at_a_time();
     kolm_rsd::llama::quiet_logs();
     let model = common::smol();
     let out = common::scratch("bench-quick");
@@ -71,4 +73,22 @@ fn quick_bench_gives_identical_outputs_and_sane_numbers() {
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(json).unwrap()).unwrap();
     assert_eq!(v["groups"][0]["configs"][0]["requests"].as_array().unwrap().len(), 2);
     eprintln!("{md}");
+}
+
+#[test]
+fn the_compile_is_set_beside_llama_batched_bench() {
+    let _serial = common::one_at_a_time();
+    kolm_rsd::llama::quiet_logs();
+    let mut options = kolm_rsd::compile::CompileOptions::default();
+    options.sampling.samples = 2;
+    options.sampling.max_tokens = 16;
+    options.threads = 1;
+    let b = bench::compile::CompileBench { model: common::smol(), workload: "json-extraction".into(), prompts: 4, options };
+    let r = bench::compile::run(&b, &indicatif::ProgressBar::hidden()).expect("compile and llama-batched-bench run");
+    // 3 prompts sampled (2 samples + greedy each), 1 held out: every sequence generates at most 16 tokens.
+    assert_eq!((r.prompts, r.n_seq, r.threads), (4, 3, 1));
+    assert!(r.compile_tokens > 0 && r.compile_tokens <= 3 * 3 * 16 + 16, "{}", r.compile_tokens);
+    assert_eq!((r.batched.pl, r.batched.tg), (3, 16), "llama-batched-bench ran with the compile's shape");
+    assert!(r.batched.pp as usize == r.mean_prompt_tokens && r.batched.speed_tg > 0.0 && r.compile_rate > 0.0);
+    assert!(r.markdown().contains("llama-batched-bench"));
 }

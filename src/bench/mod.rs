@@ -5,9 +5,11 @@
 //! llama-server per configuration, round by round ([`run`]); every output is checked byte for byte against no
 //! speculation; β is measured with the bindings and the ceiling S = E(α,γ)/(β(γ+1)+γ·d) set beside each
 //! measured speedup ([`ceiling`]); the result is a markdown table, JSON with every raw number and PNG charts
-//! ([`report`]). [`load`] is the other mode: many clients at once, at several slot counts.
+//! ([`report`]). [`load`] is the other mode: many clients at once, at several slot counts; [`compile`] sets the
+//! pack compile's throughput beside llama-batched-bench's.
 
 pub mod ceiling;
+pub mod compile;
 pub mod config;
 pub mod load;
 pub mod lookup_cache;
@@ -148,6 +150,11 @@ pub enum BenchError {
     Io(String, std::io::Error),
     #[error("{0}")]
     Options(String),
+    #[error(transparent)]
+    Compile(#[from] crate::compile::CompileError),
+    /// A llama.cpp tool run beside ours failed (its path and what it said).
+    #[error("{0}")]
+    Tool(String),
 }
 
 fn io_err(p: &Path) -> impl Fn(std::io::Error) -> BenchError + '_ {

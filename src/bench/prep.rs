@@ -120,7 +120,7 @@ pub fn teacher_runs(
     // the context size compile gives its teacher (a different size could change the arithmetic)
     let longest = train_toks.iter().chain(&held_toks).map(Vec::len).max().unwrap_or(0);
     let sampling = s.teacher();
-    let mut teacher = Teacher::new(model, s.samples.max(1), longest + s.max_tokens + 8)?;
+    let mut teacher = Teacher::new(model, s.samples.max(1), longest + s.max_tokens + 8, 0)?;
     let mut rng = fastrand::Rng::with_seed(s.seed);
     obs.note(&format!("  teacher: {} prompts × {} samples × ≤{} tokens", train.len(), s.samples, s.max_tokens));
     let mut runs = Vec::with_capacity(train.len());

@@ -81,6 +81,11 @@ pub struct BenchArgs {
     /// Load mode: the recipe pack (default: the one beside the model; `kolm-rsd demo` makes it).
     #[arg(long)]
     pack: Option<PathBuf>,
+    /// Compile mode: the pack compile's generation throughput beside llama-batched-bench's at the same parallel
+    /// sequences, prompt length and answer budget (first model, first workload, --train-prompts prompts,
+    /// default 8; --samples, --n-predict as the answer budget, --threads).
+    #[arg(long, conflicts_with = "load")]
+    compile: bool,
 }
 
 struct Bar(ProgressBar);
@@ -111,6 +116,9 @@ impl Observer for Bar {
 pub fn run(a: BenchArgs) -> Result<i32, Box<dyn std::error::Error>> {
     if a.load {
         return run_load(a);
+    }
+    if a.compile {
+        return run_compile_bench(a);
     }
     let mut o = if a.quick { BenchOptions::quick() } else { BenchOptions::full() };
     o.command = std::env::args().collect::<Vec<_>>().join(" ");
@@ -183,6 +191,37 @@ pub fn run(a: BenchArgs) -> Result<i32, Box<dyn std::error::Error>> {
             return Ok(2);
         }
     }
+    Ok(0)
+}
+
+/// `--compile`: the compile against llama-batched-bench, side by side in one run.
+fn run_compile_bench(a: BenchArgs) -> Result<i32, Box<dyn std::error::Error>> {
+    let name = a.models.as_ref().and_then(|m| m.first().cloned()).unwrap_or_else(|| fetch::DEFAULT_MODEL.into());
+    let model = if Path::new(&name).is_file() { PathBuf::from(&name) } else { fetch::model(&name, !a.no_fetch)? };
+    let mut options = kolm_rsd::compile::CompileOptions::default();
+    if let Some(n) = a.samples {
+        options.sampling.samples = n.max(1);
+    }
+    if let Some(n) = a.n_predict {
+        options.sampling.max_tokens = n as usize;
+    }
+    options.threads = a.threads.map_or(0, |t| t as i32);
+    let b = bench::compile::CompileBench {
+        model,
+        workload: a.workloads.as_ref().and_then(|w| w.first().cloned()).unwrap_or_else(|| "json-extraction".into()),
+        prompts: a.train_prompts.filter(|&n| n > 0).unwrap_or(8),
+        options,
+    };
+    let bar = super::pack::bar("compile");
+    let r = bench::compile::run(&b, &bar);
+    bar.finish_and_clear();
+    let r = r?;
+    let md = r.markdown();
+    print!("{md}");
+    std::fs::create_dir_all(&a.out)?;
+    std::fs::write(a.out.join("compile.md"), &md)?;
+    std::fs::write(a.out.join("compile.json"), serde_json::to_string_pretty(&r)?)?;
+    println!("\nraw numbers: {}", a.out.join("compile.json").display());
     Ok(0)
 }
 

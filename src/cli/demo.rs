@@ -42,6 +42,7 @@ pub fn run(a: &DemoArgs) -> CliResult {
             no_greedy: false,
             misses: vec![],
             output: Some(pack_path.clone()),
+            threads: 0,
         })?;
     } else {
         println!("2/3 using the pack beside the model: {} (--recompile to rebuild)", pack_path.display());

@@ -34,6 +34,9 @@ pub struct CompileArgs {
     /// Output pack; default: beside the model (M.gguf → M.recipes.json), merged with what is there.
     #[arg(short, long)]
     pub output: Option<PathBuf>,
+    /// Threads of the teacher (default: one per core; on a machine busy with other work, fewer is faster).
+    #[arg(long, default_value_t = 0)]
+    pub threads: i32,
 }
 
 /// A progress bar over prompts × samples with an ETA.
@@ -53,6 +56,7 @@ pub fn run_compile(a: &CompileArgs) -> Result<CompileReport, Box<dyn std::error:
     opts.sampling.seed = a.seed;
     opts.sampling.with_greedy = !a.no_greedy;
     opts.misses = a.misses.clone();
+    opts.threads = a.threads;
     let b = bar("compile");
     let report = compile(&model, &name, &prompts, &opts, &b)?;
     b.finish_and_clear();
@@ -67,11 +71,13 @@ pub fn run_compile(a: &CompileArgs) -> Result<CompileReport, Box<dyn std::error:
     let bytes = pack.to_vec();
     write_atomic(&out, &bytes).map_err(|e| format!("{}: {e}", out.display()))?;
     println!(
-        "compiled {} prompts x {} samples{} ({} tokens sampled, {} misses folded{}) in {:.0} s",
+        "compiled {} prompts x {} samples{} ({} tokens sampled, {} greedy held-out tokens: {:.1} tok/s; {} misses folded{}) in {:.0} s",
         report.train_prompts,
         a.samples,
         if a.no_greedy { "" } else { " + greedy" },
         report.sampled_tokens,
+        report.heldout_tokens,
+        report.generation_rate(),
         report.misses_folded,
         match report.miss_lines_skipped {
             0 => String::new(),

@@ -46,7 +46,7 @@ pub fn run(a: &ReplayArgs) -> CliResult {
         .collect::<Result<_, _>>()?;
     let longest = prompts.iter().map(Vec::len).max().ok_or_else(|| format!("{}: no held-out prompts", a.workload))?;
     eprintln!("recording {} greedy continuations of {} tokens …", prompts.len(), a.tokens);
-    let mut teacher = Teacher::new(&model, 1, longest + a.tokens + 8)?;
+    let mut teacher = Teacher::new(&model, 1, longest + a.tokens + 8, 0)?;
     let runs: Vec<Recorded> = prompts
         .into_iter()
         .map(|prompt| Ok(Recorded { output: teacher.greedy(&prompt, a.tokens)?, prompt }))

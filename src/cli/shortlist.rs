@@ -162,7 +162,7 @@ fn texts(model: &Model, sources: &[String], split: Split, t: &TextArgs) -> Resul
         return Ok(out);
     }
     let longest = prompts.iter().map(Vec::len).max().unwrap_or(0);
-    let mut teacher = Teacher::new(model, 1, longest + t.gen + 8)?;
+    let mut teacher = Teacher::new(model, 1, longest + t.gen + 8, t.threads)?;
     let b = bar(prompts.len() as u64, "generate", "prompts");
     for p in prompts {
         let cont = teacher.greedy(&p, t.gen)?;
