@@ -1,7 +1,8 @@
 //! `bench --compile`: the compile's generation throughput beside llama.cpp's own batched generation
 //! (`llama-batched-bench`) at the same parallel sequences, prompt length, answer budget and threads, in one run.
 //!
-//! The compile is timed whole (prompt processing, sampling, the held-out answers, building the pack), and
+//! llama-batched-bench runs before and after the compile, and the compile is set against their mean: on this
+//! machine its speed drifted by a third between runs minutes apart. The compile is timed whole (prompt processing, sampling, the held-out answers, building the pack), and
 //! its generated tokens are set against llama-batched-bench's two rates: generation alone (`speed_tg`, the
 //! strict comparison) and generation over its whole run with the shared prompt (`pl·tg / t`).
 
@@ -48,6 +49,9 @@ pub struct CompileBenchResult {
     pub compile_tokens: usize,
     pub compile_seconds: f64,
     pub compile_rate: f64,
+    /// llama-batched-bench's run before the compile and the one after: a machine's speed drifts over minutes.
+    pub batched_runs: [BatchedRow; 2],
+    /// Their mean (times averaged), what the compile is set against.
     pub batched: BatchedRow,
 }
 
@@ -69,6 +73,7 @@ impl CompileBenchResult {
              | `kolm-rsd compile` ({} prompts of {}, {} sequences) | {} | {:.1} | {:.1} |\n\
              | llama-batched-bench, generation alone (pp {} shared, tg {}, pl {}) | {} | {:.1} | {:.1} |\n\
              | llama-batched-bench, whole run | {} | {:.1} | {:.1} |\n\n\
+             llama-batched-bench ran before and after the compile ({:.1} and {:.1} tok/s generating); the rows are their mean.\n\n\
              compile / batched generation: **{:.2}** (whole run: {:.2}); {}, {} threads\n",
             self.prompts,
             self.workload,
@@ -85,6 +90,8 @@ impl CompileBenchResult {
             b.pl * b.tg,
             b.t,
             f64::from(b.pl) * f64::from(b.tg) / b.t,
+            self.batched_runs[0].speed_tg,
+            self.batched_runs[1].speed_tg,
             self.ratio_tg(),
             self.ratio_whole(),
             self.model,
@@ -109,14 +116,22 @@ pub fn run(b: &CompileBench, bar: &ProgressBar) -> Result<CompileBenchResult, Be
     }
     let mean_prompt = lens.iter().sum::<usize>() / lens.len().max(1);
     let name = b.model.file_stem().unwrap_or_default().to_string_lossy().into_owned();
-    let report: CompileReport = compile(&model, &name, &prompts, &b.options, bar)?;
-    drop(model);
     let s = &b.options.sampling;
     let threads = match b.options.threads {
         0 => super::default_threads().map_or(4, |n| n as i32),
         n => n,
     };
-    let batched = batched_bench(&b.model, mean_prompt, s.max_tokens, s.n_seq(), threads)?;
+    let before = batched_bench(&b.model, mean_prompt, s.max_tokens, s.n_seq(), threads)?;
+    let report: CompileReport = compile(&model, &name, &prompts, &b.options, bar)?;
+    drop(model);
+    let after = batched_bench(&b.model, mean_prompt, s.max_tokens, s.n_seq(), threads)?;
+    let batched = BatchedRow {
+        t_pp: (before.t_pp + after.t_pp) / 2.0,
+        t_tg: (before.t_tg + after.t_tg) / 2.0,
+        t: (before.t + after.t) / 2.0,
+        speed_tg: f64::from(before.pl) * f64::from(before.tg) * 2.0 / (before.t_tg + after.t_tg),
+        ..before.clone()
+    };
     let tokens = report.sampled_tokens + report.heldout_tokens;
     Ok(CompileBenchResult {
         model: name,
@@ -128,6 +143,7 @@ pub fn run(b: &CompileBench, bar: &ProgressBar) -> Result<CompileBenchResult, Be
         compile_tokens: tokens,
         compile_seconds: report.seconds,
         compile_rate: report.generation_rate(),
+        batched_runs: [before, after],
         batched,
     })
 }
