@@ -164,7 +164,7 @@ mod tests {
                     seen.insert(c);
                     let l = Class::live(kind, count, conf, place);
                     assert_eq!(l.source(), Source::Live);
-                    assert_eq!(DEFAULT_PRIOR[l.index()] <= DEFAULT_PRIOR[c.index()], true, "live recipes start below the pack's");
+                    assert!(DEFAULT_PRIOR[l.index()] <= DEFAULT_PRIOR[c.index()], "live recipes start below the pack's");
                     seen.insert(l);
                 }
             }

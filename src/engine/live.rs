@@ -77,7 +77,7 @@ impl Keeper {
 
     /// Saves in the background when the last save is `SAVE_EVERY` old and there is something new.
     pub fn tick(&mut self, live: &Live) {
-        if self.last_save.elapsed() >= SAVE_EVERY && live.fed() > self.fed_saved && !self.writing.as_ref().is_some_and(|w| !w.is_finished()) {
+        if self.last_save.elapsed() >= SAVE_EVERY && live.fed() > self.fed_saved && self.writing.as_ref().is_none_or(|w| w.is_finished()) {
             self.start(live, true);
         }
     }
