@@ -144,6 +144,33 @@ fn run(d: &mut Drafter, s: &[i32], calls: usize, n_max: usize) -> (Vec<u64>, usi
     (times, drafted)
 }
 
+/// Walks the drafter once along `s` (a new request every 4,000 tokens, its prompt the 500 before): per place
+/// of the stream where it proposed, the call's nanoseconds and what it drafted.
+fn walk(d: &mut Drafter, s: &[i32], n_max: usize) -> std::collections::HashMap<usize, (u64, Vec<i32>)> {
+    let mut calls = std::collections::HashMap::new();
+    let (mut out, mut misses) = (Vec::new(), Vec::new());
+    let (mut pos, mut start, mut fake_now) = (500, 500, 0u64);
+    d.begin(0, &s[..pos]);
+    while pos + n_max + 2 < s.len() {
+        if pos >= start + 4000 {
+            start = pos;
+            d.begin(0, &s[pos - 500..pos]);
+            d.drain_misses(&mut misses);
+            misses.clear();
+        }
+        let history = &s[start - 500..pos];
+        let t0 = Instant::now();
+        let g = d.propose(0, history, s[pos], n_max, fake_now, &mut out);
+        let dt = t0.elapsed().as_nanos() as u64;
+        let acc = out.iter().zip(&s[pos + 1..]).take_while(|(a, b)| a == b).count();
+        calls.insert(pos, (dt, out.clone()));
+        d.accept(0, acc);
+        pos += acc + 1;
+        fake_now += 57_000_000 + 30_000_000 * g as u64;
+    }
+    calls
+}
+
 fn pct(v: &mut [u64], p: f64) -> u64 {
     v.sort_unstable();
     v[((v.len() - 1) as f64 * p) as usize]
@@ -242,6 +269,35 @@ fn main() {
                 );
             }
         }
+    }
+
+    println!("\n== the live index where it changes nothing: calls at the same place that drafted the same, with and without it ==");
+    for (name, n_max) in [("default control, n_max 4", 4), ("default control, n_max 8", 8)] {
+        let arms: Vec<_> = [false, true]
+            .into_iter()
+            .map(|with_live| {
+                let mut d = Drafter::new(Some(Index::new(&pack, Some(sh.clone()))), DrafterConfig::default()).with_texts(TokenTexts::new(&refs(&texts)));
+                if with_live {
+                    d = d.with_live(Live::new(LiveConfig::default(), Some(sh.clone())));
+                }
+                walk(&mut d, &s[..20_000], n_max); // warm-up
+                walk(&mut d, &s, n_max)
+            })
+            .collect();
+        // A call is matched when both arms proposed at the same place of the stream and drafted the same
+        // tokens: the difference is then what consulting and feeding the live index costs, not extra drafting.
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        for (pos, (t1, d1)) in &arms[1] {
+            if let Some((t0, _)) = arms[0].get(pos).filter(|(_, d0)| d0 == d1) {
+                a.push(*t0);
+                b.push(*t1);
+            }
+        }
+        let (p50a, p99a, p50b, p99b) = (pct(&mut a, 0.5), pct(&mut a, 0.99), pct(&mut b, 0.5), pct(&mut b, 0.99));
+        println!(
+            "{name:26} {} matched calls of {} and {}: p50 {p50a:5} → {p50b:5} ns, p99 {p99a:5} → {p99b:5} ns ({:+} ns)",
+            a.len(), arms[0].len(), arms[1].len(), p99b as i64 - p99a as i64
+        );
     }
 
     println!("\n== the live index alone: one feed (a verified token, all its contexts) and one lookup, 200,000 each ==");
