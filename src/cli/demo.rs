@@ -56,15 +56,21 @@ pub fn run(a: &DemoArgs) -> CliResult {
     std::fs::create_dir_all(&a.out)?;
 
     let plain = Server::start(&ServerOptions::new(&model_path, &a.out.join("plain.log")))?;
-    let base: Vec<Completion> = prompts.iter().map(|p| plain.complete(p, a.n_predict)).collect::<Result<_, _>>()?;
-    drop(plain);
-
     let mut opts = ServerOptions::new(&model_path, &a.out.join("plugin.log"));
     opts.plugin = Some(plugin_path().ok_or("libkolm_rsd.so not found next to kolm-rsd (build with cargo build --release)")?);
     // A live index kept from an earlier demo would already know these answers: every run starts empty.
     opts.plugin_arg = Some("live=mem".into());
     let spec = Server::start(&opts)?;
-    let fast: Vec<Completion> = prompts.iter().map(|p| spec.complete(p, a.n_predict)).collect::<Result<_, _>>()?;
+    // Both servers answer each prompt in turn, so a machine whose speed drifts over minutes (this one's did by a
+    // third) slows both alike; the pause lets the other server's threads stop spinning first.
+    let (mut base, mut fast) = (Vec::with_capacity(prompts.len()), Vec::with_capacity(prompts.len()));
+    for p in &prompts {
+        std::thread::sleep(std::time::Duration::from_millis(60));
+        base.push(plain.complete(p, a.n_predict)?);
+        std::thread::sleep(std::time::Duration::from_millis(60));
+        fast.push(spec.complete(p, a.n_predict)?);
+    }
+    drop(plain);
     spec.stop();
     let summary = plugin_summary(&a.out.join("plugin.log"));
 
