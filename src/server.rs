@@ -24,6 +24,17 @@ pub fn plugin_path() -> Option<PathBuf> {
     exe.ancestors().skip(1).take(2).map(|d| d.join(&name)).find(|p| p.is_file())
 }
 
+/// Pause before a request to one of several servers started side by side, so the other servers' worker threads
+/// (which spin a while after their last request) have stopped competing for the cores.
+pub const SETTLE: Duration = Duration::from_millis(60);
+
+/// Merges the fields of the JSON object `extra` into the JSON object `body`.
+fn merge(body: &mut Value, extra: Value) {
+    if let (Some(b), Value::Object(e)) = (body.as_object_mut(), extra) {
+        b.extend(e);
+    }
+}
+
 /// How to start one server.
 #[derive(Clone, Debug)]
 pub struct ServerOptions {
@@ -224,13 +235,20 @@ impl Server {
 
     /// A greedy completion of `prompt` (already templated text), `n_predict` tokens at most.
     pub fn complete(&self, prompt: &str, n_predict: u32) -> Result<Completion, ServerError> {
-        self.request(json!({
+        self.complete_with(prompt, n_predict, json!({}))
+    }
+
+    /// The same with `extra` fields merged into the request, e.g. `{"prediction": {...}}`.
+    pub fn complete_with(&self, prompt: &str, n_predict: u32, extra: Value) -> Result<Completion, ServerError> {
+        let mut body = json!({
             "prompt": prompt,
             "n_predict": n_predict,
             "temperature": 0.0,
             "seed": 0,
             "cache_prompt": false,
-        }))
+        });
+        merge(&mut body, extra);
+        self.request(body)
     }
 
     /// A completion with explicit request fields (sampling tests, ...).
@@ -248,9 +266,7 @@ impl Server {
             "seed": 0,
             "cache_prompt": false,
         });
-        if let (Some(b), Some(e)) = (body.as_object_mut(), extra.as_object()) {
-            b.extend(e.iter().map(|(k, v)| (k.clone(), v.clone())));
-        }
+        merge(&mut body, extra);
         self.send("/v1/chat/completions", body)
     }
 

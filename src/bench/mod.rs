@@ -29,7 +29,7 @@ use report::{BenchReport, ConfigResult, DraftCost, Group, Machine, Mismatch};
 use run::{BenchPrompt, RunError, RunSpec};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// Where a benchmark reports its progress (the CLI's progress bar; tests stay quiet).
 pub trait Observer: Sync {
@@ -352,7 +352,7 @@ pub fn run(opts: &BenchOptions, packs: Option<&PackBuilder>, obs: &dyn Observer)
                     n_ctx,
                     repeat: opts.repeat,
                     log_dir: &log_dir.join(&stem),
-                    settle: Duration::from_millis(60),
+                    settle: crate::server::SETTLE,
                 };
                 std::fs::create_dir_all(spec.log_dir).map_err(io_err(spec.log_dir))?;
                 obs.add_total((runnable.len() * prompts.len() * opts.repeat.max(1)) as u64);

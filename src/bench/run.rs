@@ -24,18 +24,11 @@ pub struct BenchPrompt {
 impl BenchPrompt {
     /// Sends the prompt: greedy, `n_predict` tokens at most, with its prediction when `predict` and it has one.
     fn send(&self, server: &Server, n_predict: u32, predict: bool) -> Result<Completion, String> {
-        match self.prediction.as_deref().filter(|_| predict) {
-            None => server.complete(&self.text, n_predict),
-            Some(p) => server.request(serde_json::json!({
-                "prompt": self.text,
-                "n_predict": n_predict,
-                "temperature": 0.0,
-                "seed": 0,
-                "cache_prompt": false,
-                "prediction": {"type": "content", "content": p},
-            })),
-        }
-        .map_err(|e| e.to_string())
+        let extra = match self.prediction.as_deref().filter(|_| predict) {
+            None => serde_json::json!({}),
+            Some(p) => serde_json::json!({"prediction": {"type": "content", "content": p}}),
+        };
+        server.complete_with(&self.text, n_predict, extra).map_err(|e| e.to_string())
     }
 }
 

@@ -6,7 +6,7 @@ use super::pack::{run_compile, CompileArgs};
 use super::CliResult;
 use kolm_rsd::compile::templated;
 use kolm_rsd::llama::{Model, ModelOptions};
-use kolm_rsd::server::{plugin_path, plugin_summary, Completion, Server, ServerOptions};
+use kolm_rsd::server::{plugin_path, plugin_summary, Completion, Server, ServerOptions, SETTLE};
 use kolm_rsd::{engine, fetch, workload};
 use std::path::PathBuf;
 
@@ -62,12 +62,12 @@ pub fn run(a: &DemoArgs) -> CliResult {
     opts.plugin_arg = Some("live=mem".into());
     let spec = Server::start(&opts)?;
     // Both servers answer each prompt in turn, so a machine whose speed drifts over minutes (this one's did by a
-    // third) slows both alike; the pause lets the other server's threads stop spinning first.
+    // third) slows both alike.
     let (mut base, mut fast) = (Vec::with_capacity(prompts.len()), Vec::with_capacity(prompts.len()));
     for p in &prompts {
-        std::thread::sleep(std::time::Duration::from_millis(60));
+        std::thread::sleep(SETTLE);
         base.push(plain.complete(p, a.n_predict)?);
-        std::thread::sleep(std::time::Duration::from_millis(60));
+        std::thread::sleep(SETTLE);
         fast.push(spec.complete(p, a.n_predict)?);
     }
     drop(plain);
