@@ -115,10 +115,8 @@ impl BetaModel {
             if let Some(unit) = self.unit_ns() {
                 let ratio = dt_ns as f64 / (unit * self.calls_beta(verified));
                 if ratio > 0.0 && ratio <= OUTLIER {
-                    let ratio = if self.split_samples >= CLIP_AFTER { ratio.min(CLIP * self.split_ratio) } else { ratio };
-                    self.split_samples = self.split_samples.saturating_add(1);
-                    let w = 1.0 / (f64::from(self.split_samples.min(EMA_SAMPLES)) + PRIOR_WEIGHT);
-                    self.split_ratio += w * (ratio - self.split_ratio);
+                    // Starts at 1 (the sum), worth PRIOR_WEIGHT samples.
+                    clipped_average(&mut self.split_ratio, &mut self.split_samples, ratio, PRIOR_WEIGHT);
                 }
             }
             return;
@@ -133,10 +131,7 @@ impl BetaModel {
         if dt <= 0.0 {
             return;
         }
-        let dt = if self.samples[m] >= CLIP_AFTER { dt.min(CLIP * self.mean_ns[m]) } else { dt };
-        self.samples[m] = self.samples[m].saturating_add(1);
-        let w = 1.0 / f64::from(self.samples[m].min(EMA_SAMPLES));
-        self.mean_ns[m] += w * (dt - self.mean_ns[m]);
+        clipped_average(&mut self.mean_ns[m], &mut self.samples[m], dt, 0.0);
         self.observations = self.observations.wrapping_add(1);
         if self.samples[m] <= EMA_SAMPLES || self.observations.is_multiple_of(REFIT_EVERY) {
             self.refit();
@@ -178,6 +173,15 @@ impl BetaModel {
             self.beta[m] = est.max(self.beta[m - 1]);
         }
     }
+}
+
+/// Adds `x` to a running `mean` of `samples` measurements: past [`CLIP_AFTER`] samples `x` counts at most [`CLIP`]
+/// times the mean, and the mean is plain, then past [`EMA_SAMPLES`] an exponential moving average. The starting
+/// value of `mean` is worth `prior_weight` samples (0: the first measurement replaces it).
+fn clipped_average(mean: &mut f64, samples: &mut u32, x: f64, prior_weight: f64) {
+    let x = if *samples >= CLIP_AFTER { x.min(CLIP * *mean) } else { x };
+    *samples = samples.saturating_add(1);
+    *mean += (x - *mean) / (f64::from((*samples).min(EMA_SAMPLES)) + prior_weight);
 }
 
 fn interpolate(pts: &[(f64, f64)], x: f64) -> f64 {
