@@ -36,6 +36,13 @@ pub struct BatchedRow {
     pub t: f64,
 }
 
+impl BatchedRow {
+    /// Generated tokens per second of the whole run, the shared prompt's processing included.
+    pub fn whole_rate(&self) -> f64 {
+        f64::from(self.pl) * f64::from(self.tg) / self.t
+    }
+}
+
 /// One side-by-side run.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct CompileBenchResult {
@@ -63,7 +70,7 @@ impl CompileBenchResult {
 
     /// … against llama-batched-bench's generated tokens over its whole run (prompt processing included).
     pub fn ratio_whole(&self) -> f64 {
-        self.compile_rate / (f64::from(self.batched.pl) * f64::from(self.batched.tg) / self.batched.t)
+        self.compile_rate / self.batched.whole_rate()
     }
 
     pub fn markdown(&self) -> String {
@@ -89,7 +96,7 @@ impl CompileBenchResult {
             b.speed_tg,
             b.pl * b.tg,
             b.t,
-            f64::from(b.pl) * f64::from(b.tg) / b.t,
+            b.whole_rate(),
             self.batched_runs[0].speed_tg,
             self.batched_runs[1].speed_tg,
             self.ratio_tg(),
