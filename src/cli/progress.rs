@@ -1,7 +1,7 @@
 //! Progress that shows in a pipe as well as in a terminal. On a terminal, an indicatif bar redrawn in place;
 //! anywhere else (a CI log, `| tee`), indicatif draws nothing, so the same line is printed whole: at once when
 //! its stage (the text before the bar) changes, and otherwise at most every [`EVERY`]; lines printed above the
-//! bar show as they come.
+//! bar show as they come, each on its own line.
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle, TermLike};
 use std::io::{IsTerminal, Write};
@@ -16,7 +16,7 @@ pub fn bar(len: u64, template: &str, what: &str) -> ProgressBar {
     let target = if std::io::stderr().is_terminal() {
         ProgressDrawTarget::stderr()
     } else {
-        ProgressDrawTarget::term_like_with_hz(Box::new(Lines::default()), 1)
+        ProgressDrawTarget::term_like_with_hz(Box::new(Lines::to(Box::new(std::io::stderr()))), 1)
     };
     let b = ProgressBar::with_draw_target(Some(len), target);
     b.set_style(ProgressStyle::with_template(template).unwrap_or_else(|_| ProgressStyle::default_bar()).progress_chars("=> "));
@@ -24,10 +24,30 @@ pub fn bar(len: u64, template: &str, what: &str) -> ProgressBar {
     b
 }
 
-/// A terminal stand-in that turns indicatif's redraws into whole lines on stderr, throttled.
-#[derive(Debug, Default)]
+/// A terminal stand-in that turns indicatif's redraws into whole lines, throttled.
 struct Lines {
     state: Mutex<LineState>,
+    out: Mutex<Box<dyn Write + Send>>,
+}
+
+impl std::fmt::Debug for Lines {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lines").field("state", &self.state).finish_non_exhaustive()
+    }
+}
+
+impl Lines {
+    fn to(out: Box<dyn Write + Send>) -> Lines {
+        Lines { state: Mutex::default(), out: Mutex::new(out) }
+    }
+
+    fn print(&self, line: &str) {
+        let _ = writeln!(self.out.lock().unwrap_or_else(|p| p.into_inner()), "{}", line.trim_end());
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, LineState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
 #[derive(Debug, Default)]
@@ -38,11 +58,12 @@ struct LineState {
 }
 
 impl LineState {
-    /// Whether the line just drawn is worth a line of its own.
+    /// Whether the line just drawn is worth a line of its own. A bar that has neither work nor progress yet
+    /// (`0/0`, its length not known) says nothing.
     fn due(&mut self, now: Instant) -> bool {
         let stage = self.line.split('[').next().unwrap_or("").trim().to_string();
         let due = stage != self.stage || self.printed.is_none_or(|t| now.duration_since(t) >= EVERY);
-        if due && !self.line.trim().is_empty() {
+        if due && !self.line.trim().is_empty() && !self.line.contains(" 0/0 ") {
             self.stage = stage;
             self.printed = Some(now);
             return true;
@@ -67,27 +88,36 @@ impl TermLike for Lines {
     fn move_cursor_left(&self, _: usize) -> std::io::Result<()> {
         Ok(())
     }
-    /// indicatif writes the lines printed above the bar (`println`) whole, and the bar's own line last with
-    /// `write_str`: the former always show.
+    /// indicatif draws each line with `write_str` and ends every line but the last (the bar's) with
+    /// `write_line("")`: a line ended so was printed above the bar (`println`) and always shows.
     fn write_line(&self, s: &str) -> std::io::Result<()> {
-        if !s.trim().is_empty() {
-            let _ = writeln!(std::io::stderr(), "{}", s.trim_end());
+        let line = {
+            let mut st = self.state();
+            st.line.push_str(s);
+            std::mem::take(&mut st.line)
+        };
+        if !line.trim().is_empty() {
+            self.print(&line);
         }
         Ok(())
     }
     fn write_str(&self, s: &str) -> std::io::Result<()> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner()).line.push_str(s);
+        self.state().line.push_str(s);
         Ok(())
     }
     fn clear_line(&self) -> std::io::Result<()> {
         Ok(())
     }
     fn flush(&self) -> std::io::Result<()> {
-        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        if st.due(Instant::now()) {
-            let _ = writeln!(std::io::stderr(), "{}", st.line.trim_end());
+        let line = {
+            let mut st = self.state();
+            let due = st.due(Instant::now());
+            let line = std::mem::take(&mut st.line);
+            due.then_some(line)
+        };
+        if let Some(line) = line {
+            self.print(&line);
         }
-        st.line.clear();
         Ok(())
     }
 }
@@ -110,5 +140,38 @@ mod tests {
         assert!(!at("held out [=  ] 1/3 runs", 30));
         assert!(at("held out [== ] 2/3 runs", 36), "thirty seconds on");
         assert!(!at("   ", 100), "nothing to say");
+        assert!(!at("bench [=====] 0/0 requests", 200), "no work known yet");
+    }
+
+    /// A `Write` whose bytes the test reads back.
+    #[derive(Clone, Default)]
+    struct Shared(std::sync::Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Shared {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn lines_printed_above_the_bar_keep_their_own_lines() {
+        let out = Shared::default();
+        let b = ProgressBar::with_draw_target(Some(4), ProgressDrawTarget::term_like_with_hz(Box::new(Lines::to(Box::new(out.clone()))), 1));
+        b.set_style(ProgressStyle::with_template("{msg} [{bar:10}] {pos}/{len} runs").unwrap());
+        b.set_message("compile");
+        b.println("== the model");
+        b.inc(1);
+        b.println("-- the workload");
+        b.finish();
+        let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines.contains(&"== the model"), "{text:?}");
+        assert!(lines.contains(&"-- the workload"), "{text:?}");
+        assert!(lines.iter().all(|l| !l.contains("runs") || l.starts_with("compile [")), "a bar glued to a printed line: {text:?}");
+        assert!(lines.iter().any(|l| l.starts_with("compile [") && l.contains("runs")), "{text:?}");
     }
 }
