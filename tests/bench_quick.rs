@@ -27,7 +27,7 @@ fn quick_bench_gives_identical_outputs_and_sane_numbers() {
     o.beta_reps = 3;
     // one thread: on a shared 2-core machine two OpenMP threads per server can stall each other badly
     o.threads = Some(1);
-    let builder = prep::compile_pack_builder();
+    let builder = prep::compile_pack_builder(indicatif::ProgressBar::hidden);
     let r = bench::run(&o, Some(&*builder), &Quiet).expect("bench runs");
 
     assert!(r.mismatches.is_empty(), "outputs differ from no speculation: {:#?}", r.mismatches);

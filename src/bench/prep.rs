@@ -177,9 +177,9 @@ pub type PackBuilder = dyn Fn(&PackJob) -> Result<Built, String> + Send + Sync;
 /// The builder over `kolm_rsd::compile` (in process, the job's model, the job's sampling settings). A pack
 /// it made before from the same model, prompts, settings and kolm-rsd version (its key is kept beside it,
 /// `*.recipes.key`) is reused: compiling the pack from HumanEval's 93 training prompts took 25 minutes here.
-/// Delete the key to compile again.
-pub fn compile_pack_builder() -> Box<PackBuilder> {
-    Box::new(|job: &PackJob| {
+/// Delete the key to compile again. `bar` makes the compile's progress bar (it can take many minutes).
+pub fn compile_pack_builder(bar: impl Fn() -> indicatif::ProgressBar + Send + Sync + 'static) -> Box<PackBuilder> {
+    Box::new(move |job: &PackJob| {
         let opts = CompileOptions { sampling: job.sampling.teacher(), ..CompileOptions::default() };
         let key_path = job.out.with_extension("key");
         let key = format!("{} {opts:?} kolm-rsd {}", train_key(job.model_path, job.prompts, job.sampling), env!("CARGO_PKG_VERSION"));
@@ -188,7 +188,10 @@ pub fn compile_pack_builder() -> Box<PackBuilder> {
         }
         let _ = std::fs::remove_file(&key_path);
         let _ = std::fs::remove_file(job.out);
-        let report = compile(job.model, job.name, job.prompts, &opts, &indicatif::ProgressBar::hidden()).map_err(|e| e.to_string())?;
+        let b = bar();
+        let report = compile(job.model, job.name, job.prompts, &opts, &b);
+        b.finish_and_clear();
+        let report = report.map_err(|e| e.to_string())?;
         let bytes = report.pack.to_vec();
         write_atomic(job.out, &bytes).map_err(|e| format!("{}: {e}", job.out.display()))?;
         write_atomic(&key_path, key.as_bytes()).map_err(|e| format!("{}: {e}", key_path.display()))?;

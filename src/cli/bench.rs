@@ -165,7 +165,7 @@ pub fn run(a: BenchArgs) -> Result<i32, Box<dyn std::error::Error>> {
     o.out = a.out;
 
     let obs = Bar(progress());
-    let builder = prep::compile_pack_builder();
+    let builder = prep::compile_pack_builder(|| super::pack::bar("  compile"));
     let result = bench::run(&o, Some(&*builder), &obs);
     obs.0.finish_and_clear();
     let r = result?;
