@@ -26,10 +26,13 @@ pub enum LoadConfig {
     KolmIdle,
     /// The plugin with the pack beside the model.
     Kolm,
+    /// llama.cpp's own model-free mode as users run it (`--spec-type ngram-simple`, no strict batching): the
+    /// field's answer, in the same table. It promises no exactness.
+    NgramSimple,
 }
 
 impl LoadConfig {
-    pub const ALL: [LoadConfig; 4] = [LoadConfig::Plain, LoadConfig::PlainStrict, LoadConfig::KolmIdle, LoadConfig::Kolm];
+    pub const ALL: [LoadConfig; 5] = [LoadConfig::Plain, LoadConfig::PlainStrict, LoadConfig::KolmIdle, LoadConfig::Kolm, LoadConfig::NgramSimple];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -37,7 +40,13 @@ impl LoadConfig {
             LoadConfig::PlainStrict => "plain-strict",
             LoadConfig::KolmIdle => "kolm-idle",
             LoadConfig::Kolm => "kolm",
+            LoadConfig::NgramSimple => "ngram-simple",
         }
+    }
+
+    /// Whether the configuration promises every answer byte-identical to the prompt served alone.
+    pub fn exact(self) -> bool {
+        matches!(self, LoadConfig::PlainStrict | LoadConfig::KolmIdle | LoadConfig::Kolm)
     }
 
     /// A comma-separated list of names; `plain` is always run first (every ratio is against it).
@@ -47,7 +56,7 @@ impl LoadConfig {
             let c = LoadConfig::ALL
                 .into_iter()
                 .find(|c| c.name() == name)
-                .ok_or_else(|| format!("--configs: unknown load configuration `{name}` (known: plain, plain-strict, kolm-idle, kolm)"))?;
+                .ok_or_else(|| format!("--configs: unknown load configuration `{name}` (known: plain, plain-strict, kolm-idle, kolm, ngram-simple)"))?;
             if !v.contains(&c) {
                 v.push(c);
             }
@@ -139,6 +148,7 @@ fn server_options(o: &LoadOptions, c: LoadConfig, slots: u32) -> ServerOptions {
             s.plugin = Some(o.plugin.clone());
             s.plugin_arg = Some(format!("pack={},live=mem,misslog={}", o.pack.display(), o.out.join("load-misses.jsonl").display()));
         }
+        LoadConfig::NgramSimple => s.extra.extend(["--spec-type".to_string(), "ngram-simple".to_string()]),
     }
     s
 }
@@ -335,5 +345,8 @@ mod tests {
         assert_eq!(idle.plugin_arg.as_deref(), Some("pack=off,context=0,live=off,misslog=off"));
         assert_eq!(idle.n_parallel, 4);
         assert!(server_options(&o, LoadConfig::Kolm, 8).plugin_arg.unwrap().starts_with("pack=m.recipes.json,live=mem,misslog="));
+        let ngram = server_options(&o, LoadConfig::NgramSimple, 4);
+        assert_eq!((ngram.extra.as_slice(), ngram.plugin.is_none()), (["--spec-type".to_string(), "ngram-simple".to_string()].as_slice(), true));
+        assert!(LoadConfig::ALL.iter().all(|c| c.exact() == !matches!(c, LoadConfig::Plain | LoadConfig::NgramSimple)));
     }
 }
