@@ -32,6 +32,7 @@ pub mod syntax;
 use std::collections::VecDeque;
 
 use crate::index::Index;
+use crate::live::file::Learned;
 use crate::live::Live;
 use chain::{build_chain, estimate};
 use class::{Class, Source, N_CLASSES};
@@ -114,6 +115,24 @@ impl Drafter {
     /// The live index, when one is attached.
     pub fn live(&self) -> Option<&Live> {
         self.live.as_ref()
+    }
+
+    /// The acceptance all sequences learned per class of evidence: what a restarted server should start from.
+    pub fn learned(&self) -> Learned {
+        let (num, den) = self.global.counts();
+        Learned { layout: class::layout(), num: num.to_vec(), den: den.to_vec() }
+    }
+
+    /// Starts from acceptance an earlier run learned; false (and nothing changed) when it was learned for
+    /// another class layout.
+    pub fn restore_learned(&mut self, l: &Learned) -> bool {
+        match Rates::from_counts(&l.num, &l.den).filter(|_| l.layout == class::layout()) {
+            Some(r) => {
+                self.global = r;
+                true
+            }
+            None => false,
+        }
     }
 
     /// Attaches a draft model, consulted where the pack and the request's n-grams have nothing.
@@ -516,6 +535,25 @@ mod tests {
         let mut plain = Drafter::new(None, cfg);
         serve(&mut plain, 0, &prompt, &answer, 8);
         assert_eq!(serve(&mut plain, 1, &prompt, &answer, 8), (0, 0));
+    }
+
+    #[test]
+    fn a_restarted_drafter_starts_from_the_acceptance_learned_before() {
+        let cfg = DrafterConfig { use_context: false, ..eager(2) };
+        let mut d = Drafter::new(None, cfg.clone()).with_live(Live::new(crate::live::LiveConfig::default(), None));
+        let answer: Vec<i32> = (100..140).collect();
+        serve(&mut d, 0, &[1, 2, 3, 4], &answer, 8);
+        serve(&mut d, 1, &[1, 2, 3, 4], &answer, 8);
+        let learned = d.learned();
+        assert!(learned.den.iter().any(|&t| t > 0.0), "the second request's drafts were trials");
+        let mut again = Drafter::new(None, cfg.clone());
+        assert_ne!(again.learned(), learned);
+        assert!(again.restore_learned(&learned));
+        assert_eq!(again.learned(), learned);
+        let mut other = Drafter::new(None, cfg);
+        assert!(!other.restore_learned(&Learned { layout: "another".into(), ..learned.clone() }));
+        assert!(!other.restore_learned(&Learned { num: vec![1.0], den: vec![1.0], ..learned }));
+        assert!(other.learned().den.iter().all(|&t| t == 0.0), "nothing taken from counts it cannot use");
     }
 
     #[test]

@@ -363,9 +363,14 @@ impl Engine {
         if cfg.live != LiveChoice::Off {
             let mut table = Live::new(LiveConfig { capacity: cfg.live_cap, ..LiveConfig::default() }, Some(shapes));
             if let LiveChoice::File(path) = &cfg.live {
-                let (k, note) = live::Keeper::open(path.clone(), fp, name, n_vocab as u32, &mut table);
+                let (mut k, note) = live::Keeper::open(path.clone(), fp, name, n_vocab as u32, &mut table);
                 if let Some(note) = note {
                     eprintln!("kolm-rsd: {note}");
+                }
+                if let Some(l) = k.take_learned() {
+                    if !drafter.restore_learned(&l) {
+                        eprintln!("kolm-rsd: live index {}: its learned acceptance is for another kolm-rsd ({}); starting from the priors", k.path().display(), l.layout);
+                    }
                 }
                 keeper = Some(k);
             }
@@ -393,8 +398,8 @@ impl Engine {
 
     pub fn begin(&mut self, seq: usize, prompt: &[Token]) {
         self.flush_misses();
-        if let (Some(k), Some(l)) = (&mut self.keeper, self.drafter.live()) {
-            k.tick(l);
+        if let Some(k) = &mut self.keeper {
+            k.tick(&self.drafter);
         }
         self.drafter.begin(seq, prompt);
     }
@@ -552,8 +557,8 @@ fn gate_line(g: Option<&crate::draft::gate::Gate>) -> String {
 impl Drop for Engine {
     fn drop(&mut self) {
         self.flush_misses();
-        if let (Some(k), Some(l)) = (&mut self.keeper, self.drafter.live()) {
-            k.finish(l);
+        if let Some(k) = &mut self.keeper {
+            k.finish(&self.drafter);
         }
     }
 }

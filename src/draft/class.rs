@@ -41,6 +41,12 @@ const MODEL: usize = N_KINDS - 1;
 /// Number of classes: every kind at every [`Place`].
 pub const N_CLASSES: usize = N_KINDS * N_PLACES;
 
+/// Names the class layout that acceptance counts kept across restarts are for. Change the version when the
+/// kinds change meaning without changing in number.
+pub fn layout() -> String {
+    format!("{N_KINDS} kinds x {N_PLACES} places, v1")
+}
+
 /// Acceptance assumed before any measurement, per place and kind, from looking up held-out greedy outputs
 /// of Qwen2.5-Coder-1.5B (JSON extraction and HumanEval, 12 prompts each that the bench and replay do not
 /// serve; HumanEval's strings are mostly docstrings copied from the prompt):

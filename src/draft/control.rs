@@ -230,6 +230,16 @@ impl<const N: usize> Rates<N> {
         }
     }
 
+    /// The decayed counts: accepted, and trials, per slot.
+    pub fn counts(&self) -> (&[f32; N], &[f32; N]) {
+        (&self.num, &self.den)
+    }
+
+    /// Rates from decayed counts (as [`Rates::counts`] gives them); `None` unless both have `N` slots.
+    pub fn from_counts(num: &[f32], den: &[f32]) -> Option<Self> {
+        Some(Rates { num: num.try_into().ok()?, den: den.try_into().ok()? })
+    }
+
     /// The measured rate of slot `i` alone (0 before any trial).
     pub fn rate(&self, i: usize) -> f32 {
         let i = i.min(N - 1);

@@ -1,7 +1,9 @@
 //! Where the engine keeps its live index across restarts: loaded at start, saved every so often between
-//! requests (the copy taken in the server thread, the writing on a thread of its own) and at shutdown.
+//! requests (the copy taken in the server thread, the writing on a thread of its own) and at shutdown, with
+//! the drafter's learned acceptance per class.
 
-use crate::live::file::{save, Saved};
+use crate::draft::Drafter;
+use crate::live::file::{save, Learned, Saved};
 use crate::live::Live;
 use crate::pack::ModelInfo;
 use std::path::{Path, PathBuf};
@@ -30,6 +32,8 @@ pub struct Keeper {
     writing: Option<JoinHandle<std::io::Result<()>>>,
     /// A save failed: said once, not retried.
     failed: bool,
+    /// The acceptance the file kept, until the drafter takes it.
+    learned: Option<Learned>,
 }
 
 impl Keeper {
@@ -38,7 +42,17 @@ impl Keeper {
     /// so, for the server log.
     pub fn open(path: PathBuf, tokenizer: &str, model: ModelInfo, n_vocab: u32, live: &mut Live) -> (Keeper, Option<String>) {
         let mut keeper =
-            Keeper { path, tokenizer: tokenizer.into(), model, fed_before: 0, fed_saved: 0, last_save: Instant::now(), writing: None, failed: false };
+            Keeper {
+            path,
+            tokenizer: tokenizer.into(),
+            model,
+            fed_before: 0,
+            fed_saved: 0,
+            last_save: Instant::now(),
+            writing: None,
+            failed: false,
+            learned: None,
+        };
         let note = match std::fs::read(&keeper.path) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
             Err(e) => {
@@ -49,6 +63,7 @@ impl Keeper {
                 Ok(saved) => {
                     saved.restore_into(live);
                     keeper.fed_before = saved.fed;
+                    keeper.learned = saved.learned;
                     None
                 }
                 Err(e) => {
@@ -66,6 +81,11 @@ impl Keeper {
         (keeper, note)
     }
 
+    /// The acceptance the file kept (once).
+    pub fn take_learned(&mut self) -> Option<Learned> {
+        self.learned.take()
+    }
+
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -75,28 +95,29 @@ impl Keeper {
         self.fed_before + live.fed()
     }
 
-    /// Saves in the background when the last save is `SAVE_EVERY` old and there is something new.
-    pub fn tick(&mut self, live: &Live) {
+    /// Saves `d`'s live index in the background when the last save is `SAVE_EVERY` old and there is something new.
+    pub fn tick(&mut self, d: &Drafter) {
+        let Some(live) = d.live() else { return };
         if self.last_save.elapsed() >= SAVE_EVERY && live.fed() > self.fed_saved && self.writing.as_ref().is_none_or(|w| w.is_finished()) {
-            self.start(live, true);
+            self.start(d, live, true);
         }
     }
 
     /// Saves now and waits (at shutdown).
-    pub fn finish(&mut self, live: &Live) {
+    pub fn finish(&mut self, d: &Drafter) {
         self.join();
-        if live.fed() > self.fed_saved {
-            self.start(live, false);
+        if let Some(live) = d.live().filter(|l| l.fed() > self.fed_saved) {
+            self.start(d, live, false);
             self.join();
         }
     }
 
-    fn start(&mut self, live: &Live, background: bool) {
+    fn start(&mut self, d: &Drafter, live: &Live, background: bool) {
         self.join();
         if self.failed {
             return;
         }
-        let saved = Saved::of(live, &self.tokenizer, &self.model, self.fed_before);
+        let saved = Saved::of(live, Some(d.learned()), &self.tokenizer, &self.model, self.fed_before);
         self.fed_saved = live.fed();
         self.last_save = Instant::now();
         let path = self.path.clone();

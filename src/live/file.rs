@@ -1,6 +1,8 @@
 //! The live index on disk, so what a server learned survives a restart: JSON (format `kolm-rsd/live`,
 //! version 1), written atomically with mode 0600 (it is the user's traffic and stays on this machine), read
-//! back with the file and the reason named when it is corrupt, hostile or for another tokenizer.
+//! back with the file and the reason named when it is corrupt, hostile or for another tokenizer. Beside the
+//! table it keeps the drafter's learned acceptance per class of evidence ([`Learned`]), so a restarted server
+//! trusts the table as much as it had learned to instead of starting again from the priors.
 //! `kolm-rsd merge` folds one into a compiled pack under the compile's own rule for what a recipe is.
 
 use super::{Live, LiveEntry};
@@ -25,6 +27,35 @@ struct Doc {
     fed: u64,
     /// [kind (0 literal, 1 shape), n, key, lead token, lead count, runner-up token, its count, total, seen]
     entries: Vec<[u64; 9]>,
+    /// Absent in files written before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    learned: Option<Learned>,
+}
+
+/// The drafter's acceptance learned while serving: decayed counts of accepted tokens and of trials per class
+/// of evidence, for the class layout it names (counts for another layout are not used).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Learned {
+    pub layout: String,
+    pub num: Vec<f32>,
+    pub den: Vec<f32>,
+}
+
+/// Classes a file may count: far more than any layout has.
+const MAX_CLASSES: usize = 4096;
+
+impl Learned {
+    /// Why the counts cannot be counts, if they cannot.
+    fn check(&self) -> Result<(), String> {
+        if self.num.len() != self.den.len() || self.num.len() > MAX_CLASSES || self.layout.len() > 256 {
+            return Err(format!("learned acceptance: {} accepted and {} trial counts (at most {MAX_CLASSES}, as many of each)", self.num.len(), self.den.len()));
+        }
+        match self.num.iter().zip(&self.den).position(|(&a, &t)| !(a.is_finite() && t.is_finite() && 0.0 <= a && a <= t && t <= 1e9)) {
+            Some(i) => Err(format!("learned acceptance: class {i} has {} accepted of {} trials", self.num[i], self.den[i])),
+            None => Ok(()),
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -40,6 +71,7 @@ pub struct Saved {
     pub model: ModelInfo,
     pub fed: u64,
     pub entries: Vec<LiveEntry>,
+    pub learned: Option<Learned>,
 }
 
 /// A live index file refused: which and why.
@@ -56,11 +88,12 @@ pub fn is_live(bytes: &[u8]) -> bool {
 }
 
 impl Saved {
-    /// A copy of `live`'s entries, oldest first (cheap enough for the server thread; writing is not).
-    pub fn of(live: &Live, tokenizer: &str, model: &ModelInfo, fed_before: u64) -> Saved {
+    /// A copy of `live`'s entries, oldest first (cheap enough for the server thread; writing is not), with
+    /// the drafter's learned acceptance.
+    pub fn of(live: &Live, learned: Option<Learned>, tokenizer: &str, model: &ModelInfo, fed_before: u64) -> Saved {
         let mut entries: Vec<LiveEntry> = live.entries().copied().collect();
         entries.sort_unstable_by_key(|e| e.seen);
-        Saved { tokenizer: tokenizer.into(), model: model.clone(), fed: fed_before + live.fed(), entries }
+        Saved { tokenizer: tokenizer.into(), model: model.clone(), fed: fed_before + live.fed(), entries, learned }
     }
 
     pub fn to_vec(&self) -> Vec<u8> {
@@ -73,7 +106,15 @@ impl Saved {
                 [kind, u64::from(e.n), e.key, a.0, a.1, b.0, b.1, u64::from(e.total), u64::from(e.seen)]
             })
             .collect();
-        let doc = Doc { format: FORMAT.into(), version: VERSION, tokenizer: self.tokenizer.clone(), model: self.model.clone(), fed: self.fed, entries };
+        let doc = Doc {
+            format: FORMAT.into(),
+            version: VERSION,
+            tokenizer: self.tokenizer.clone(),
+            model: self.model.clone(),
+            fed: self.fed,
+            entries,
+            learned: self.learned.clone(),
+        };
         serde_json::to_vec(&doc).expect("plain data serializes")
     }
 
@@ -108,7 +149,10 @@ impl Saved {
             .enumerate()
             .map(|(i, r)| entry(r, vocab).map_err(|why| err(format!("entry {i}: {why}"))))
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(Saved { tokenizer: doc.tokenizer, model: doc.model, fed: doc.fed, entries })
+        if let Some(l) = &doc.learned {
+            l.check().map_err(err)?;
+        }
+        Ok(Saved { tokenizer: doc.tokenizer, model: doc.model, fed: doc.fed, entries, learned: doc.learned })
     }
 
     /// Puts the entries into `live` (oldest first, so a smaller table keeps the newest).
@@ -200,12 +244,14 @@ mod tests {
     #[test]
     fn round_trips_and_restores() {
         let live = learned();
-        let saved = Saved::of(&live, FP, &model(), 5);
+        let learned = Learned { layout: "2 kinds".into(), num: vec![1.0, 0.5], den: vec![2.0, 0.5] };
+        let saved = Saved::of(&live, Some(learned.clone()), FP, &model(), 5);
         let bytes = saved.to_vec();
         assert!(is_live(&bytes));
         let back = Saved::from_slice(&bytes, "x", Some(FP), Some(100)).unwrap();
         assert_eq!(back, saved);
         assert_eq!(back.fed, 5 + 12);
+        assert_eq!(back.learned, Some(learned));
         let mut copy = Live::new(LiveConfig::default(), Some(table()));
         back.restore_into(&mut copy);
         for h in [&[1, 2, 3][..], &[1, 2, 3, 10, 11], &[2, 3, 10]] {
@@ -215,7 +261,7 @@ mod tests {
 
     #[test]
     fn bad_files_are_refused_with_the_reason() {
-        let bytes = Saved::of(&learned(), FP, &model(), 0).to_vec();
+        let bytes = Saved::of(&learned(), None, FP, &model(), 0).to_vec();
         let reason = |b: &[u8], fp: Option<&str>, vocab| Saved::from_slice(b, "f.json", fp, vocab).unwrap_err().to_string();
         assert!(reason(&bytes, Some("ffffffffffffffffffffffffffffffff"), None).contains("tokenizer"));
         assert!(reason(&bytes, None, Some(12)).contains("not below the vocabulary"));
@@ -227,11 +273,22 @@ mod tests {
         assert!(reason(bad_kind.as_bytes(), None, None).contains("kind 7"));
         let over = format!("{}\"entries\":[[0,2,1,5,9,6,1,3,0]]}}", &text[..text.find("\"entries\"").unwrap()]);
         assert!(reason(over.as_bytes(), None, None).contains("do not fit"));
+        let with = |num: &str, den: &str| format!(r#"{},"learned":{{"layout":"x","num":{num},"den":{den}}}}}"#, &text[..text.len() - 1]);
+        assert!(Saved::from_slice(with("[1.0]", "[2.0]").as_bytes(), "f.json", None, None).is_ok(), "{}", with("[1.0]", "[2.0]"));
+        assert!(reason(with("[3.0]", "[2.0]").as_bytes(), None, None).contains("class 0 has 3 accepted of 2 trials"));
+        assert!(reason(with("[1.0]", "[]").as_bytes(), None, None).contains("1 accepted and 0 trial counts"));
+    }
+
+    #[test]
+    fn files_from_before_the_learned_acceptance_still_load() {
+        let text = String::from_utf8(Saved::of(&learned(), None, FP, &model(), 0).to_vec()).unwrap();
+        assert!(!text.contains("learned"));
+        assert_eq!(Saved::from_slice(text.as_bytes(), "f.json", Some(FP), None).unwrap().learned, None);
     }
 
     #[test]
     fn merging_keeps_only_what_the_compile_would() {
-        let saved = Saved::of(&learned(), FP, &model(), 0);
+        let saved = Saved::of(&learned(), None, FP, &model(), 0);
         let pack = saved.to_pack(&BuildConfig::default()).unwrap();
         assert!(!pack.entries().is_empty());
         // The context before the token that changed once in three answers is 67% sure: not a recipe.
