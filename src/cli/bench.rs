@@ -164,7 +164,7 @@ pub fn run(a: BenchArgs) -> Result<i32, Box<dyn std::error::Error>> {
     o.fetch = !a.no_fetch;
     o.out = a.out;
 
-    let obs = Bar(progress());
+    let obs = Bar(progress("requests"));
     let builder = prep::compile_pack_builder(|| super::pack::bar("  compile"));
     let result = bench::run(&o, Some(&*builder), &obs);
     obs.0.finish_and_clear();
@@ -264,7 +264,7 @@ fn run_load(a: BenchArgs) -> Result<i32, Box<dyn std::error::Error>> {
     if o.slots.contains(&0) {
         return Err("--slots: a slot count must be at least 1".into());
     }
-    let obs = Bar(progress());
+    let obs = Bar(progress("server runs"));
     let rows = load::run(&structured, &prose, &o, &obs);
     obs.0.finish_and_clear();
     let rows = rows?;
@@ -286,6 +286,7 @@ fn run_load(a: BenchArgs) -> Result<i32, Box<dyn std::error::Error>> {
     Ok(0)
 }
 
-fn progress() -> ProgressBar {
-    super::progress::bar(0, "{msg} [{bar:30}] {pos}/{len} requests, {elapsed_precise} elapsed, eta {eta}", "bench")
+/// The bench's bar, counting `unit` (the load mode counts whole server runs, not requests).
+fn progress(unit: &str) -> ProgressBar {
+    super::progress::bar(0, &format!("{{msg}} [{{bar:30}}] {{pos}}/{{len}} {unit}, {{elapsed_precise}} elapsed, eta {{eta}}"), "bench")
 }
