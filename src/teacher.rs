@@ -12,8 +12,8 @@ pub struct Sampling {
     pub top_k: usize,
     pub max_tokens: usize,
     pub seed: u64,
-    /// Adds the greedy continuation as one more sequence of the batch: it is exactly what serving
-    /// with temperature 0 produces, so the recipes it agrees on are the ones that pay.
+    /// Adds the greedy continuation as one more sequence of the batch: what serving with temperature 0
+    /// produces (up to the cell order noted at [`Teacher::run`]), so the recipes it agrees on are the ones that pay.
     pub with_greedy: bool,
 }
 
@@ -62,7 +62,12 @@ impl<'m> Teacher<'m> {
     /// order and those of one prompt must be adjacent: they share its decoded prompt (its cache copied from a
     /// sequence that holds it, not decoded again). A new prompt is decoded in calls of its own, so every
     /// generation call holds at most `n_seq` tokens, which the batch-invariant kernels compute as single-token
-    /// decoding does. `done(job, tokens)` is called as each job ends, in the order they end.
+    /// decoding does. Not bit for bit, though, once jobs follow each other on a sequence: on an AVX-512 machine
+    /// (session 14) a later job's greedy answer tipped at a near tie, the same with its prompt decoded whole. The
+    /// likely cause, not proven: it reuses cells an earlier job freed, a token can then sit in a cell before its
+    /// predecessors', and attention sums the sequence's cells in another order. The compile uses greedy answers to estimate
+    /// coverage and as one sample among K, where that does not matter; serving verifies with the target itself.
+    /// `done(job, tokens)` is called as each job ends, in the order they end.
     pub fn run(&mut self, prompts: &[Vec<Token>], jobs: &[Job], s: &Sampling, rng: &mut fastrand::Rng, mut done: impl FnMut(usize, Vec<Token>)) -> Result<(), LlamaError> {
         self.ctx.clear();
         let greedy = Sampling { temperature: 0.0, ..s.clone() };
