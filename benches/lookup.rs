@@ -145,8 +145,9 @@ fn run(d: &mut Drafter, s: &[i32], calls: usize, n_max: usize) -> (Vec<u64>, usi
 }
 
 /// Walks the drafter once along `s` (a new request every 4,000 tokens, its prompt the 500 before): per place
-/// of the stream where it proposed, the call's nanoseconds and what it drafted.
-fn walk(d: &mut Drafter, s: &[i32], n_max: usize) -> std::collections::HashMap<usize, (u64, Vec<i32>)> {
+/// of the stream where it proposed, the nanoseconds of the `propose` and of the step (`propose` and `accept`,
+/// both on the server's path) and what it drafted.
+fn walk(d: &mut Drafter, s: &[i32], n_max: usize) -> std::collections::HashMap<usize, ((u64, u64), Vec<i32>)> {
     let mut calls = std::collections::HashMap::new();
     let (mut out, mut misses) = (Vec::new(), Vec::new());
     let (mut pos, mut start, mut fake_now) = (500, 500, 0u64);
@@ -163,8 +164,9 @@ fn walk(d: &mut Drafter, s: &[i32], n_max: usize) -> std::collections::HashMap<u
         let g = d.propose(0, history, s[pos], n_max, fake_now, &mut out);
         let dt = t0.elapsed().as_nanos() as u64;
         let acc = out.iter().zip(&s[pos + 1..]).take_while(|(a, b)| a == b).count();
-        calls.insert(pos, (dt, out.clone()));
+        let t1 = Instant::now();
         d.accept(0, acc);
+        calls.insert(pos, ((dt, dt + t1.elapsed().as_nanos() as u64), out.clone()));
         pos += acc + 1;
         fake_now += 57_000_000 + 30_000_000 * g as u64;
     }
@@ -286,17 +288,21 @@ fn main() {
             .collect();
         // A call is matched when both arms proposed at the same place of the stream and drafted the same
         // tokens: the difference is then what consulting and feeding the live index costs, not extra drafting.
-        let (mut a, mut b) = (Vec::new(), Vec::new());
+        let (mut a, mut b, mut sa, mut sb) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for (pos, (t1, d1)) in &arms[1] {
             if let Some((t0, _)) = arms[0].get(pos).filter(|(_, d0)| d0 == d1) {
-                a.push(*t0);
-                b.push(*t1);
+                a.push(t0.0);
+                b.push(t1.0);
+                sa.push(t0.1);
+                sb.push(t1.1);
             }
         }
         let (p50a, p99a, p50b, p99b) = (pct(&mut a, 0.5), pct(&mut a, 0.99), pct(&mut b, 0.5), pct(&mut b, 0.99));
+        let (s50a, s99a, s50b, s99b) = (pct(&mut sa, 0.5), pct(&mut sa, 0.99), pct(&mut sb, 0.5), pct(&mut sb, 0.99));
         println!(
-            "{name:26} {} matched calls of {} and {}: p50 {p50a:5} → {p50b:5} ns, p99 {p99a:5} → {p99b:5} ns ({:+} ns)",
-            a.len(), arms[0].len(), arms[1].len(), p99b as i64 - p99a as i64
+            "{name:26} {} matched calls of {} and {}: propose p50 {p50a:5} → {p50b:5} ns, p99 {p99a:5} → {p99b:5} ns ({:+} ns); \
+             propose + accept p50 {s50a:5} → {s50b:5} ns, p99 {s99a:5} → {s99b:5} ns ({:+} ns)",
+            a.len(), arms[0].len(), arms[1].len(), p99b as i64 - p99a as i64, s99b as i64 - s99a as i64
         );
     }
 
