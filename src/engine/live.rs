@@ -41,8 +41,7 @@ impl Keeper {
     /// aside to `<path>.bad` (nothing is lost, and this run starts empty and saves anew); the returned line says
     /// so, for the server log.
     pub fn open(path: PathBuf, tokenizer: &str, model: ModelInfo, n_vocab: u32, live: &mut Live) -> (Keeper, Option<String>) {
-        let mut keeper =
-            Keeper {
+        let mut keeper = Keeper {
             path,
             tokenizer: tokenizer.into(),
             model,
