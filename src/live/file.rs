@@ -48,7 +48,10 @@ const MAX_CLASSES: usize = 4096;
 impl Learned {
     /// Why the counts cannot be counts, if they cannot.
     fn check(&self) -> Result<(), String> {
-        if self.num.len() != self.den.len() || self.num.len() > MAX_CLASSES || self.layout.len() > 256 {
+        if self.layout.len() > 256 {
+            return Err(format!("learned acceptance: a layout name of {} bytes (at most 256)", self.layout.len()));
+        }
+        if self.num.len() != self.den.len() || self.num.len() > MAX_CLASSES {
             return Err(format!("learned acceptance: {} accepted and {} trial counts (at most {MAX_CLASSES}, as many of each)", self.num.len(), self.den.len()));
         }
         match self.num.iter().zip(&self.den).position(|(&a, &t)| !(a.is_finite() && t.is_finite() && 0.0 <= a && a <= t && t <= 1e9)) {
@@ -277,6 +280,8 @@ mod tests {
         assert!(Saved::from_slice(with("[1.0]", "[2.0]").as_bytes(), "f.json", None, None).is_ok(), "{}", with("[1.0]", "[2.0]"));
         assert!(reason(with("[3.0]", "[2.0]").as_bytes(), None, None).contains("class 0 has 3 accepted of 2 trials"));
         assert!(reason(with("[1.0]", "[]").as_bytes(), None, None).contains("1 accepted and 0 trial counts"));
+        let long = with("[1.0]", "[2.0]").replace(r#""layout":"x""#, &format!(r#""layout":"{}""#, "x".repeat(300)));
+        assert!(reason(long.as_bytes(), None, None).contains("layout name of 300 bytes"));
     }
 
     #[test]
