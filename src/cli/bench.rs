@@ -95,8 +95,9 @@ impl Observer for Bar {
         self.0.inc_length(n);
     }
     fn step(&self, msg: &str) {
-        self.0.set_message(msg.to_string());
+        // The count first: the message redraws the line, which then shows the step just done as done.
         self.0.inc(1);
+        self.0.set_message(msg.to_string());
         // In a pipe the bar is hidden: a line per step shows the progress there.
         if self.0.is_hidden() {
             eprintln!("[{}/{}] {msg}", self.0.position(), self.0.length().unwrap_or(0));

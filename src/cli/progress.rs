@@ -3,7 +3,7 @@
 //! its stage (the text before the bar) changes, and otherwise at most every [`EVERY`]; lines printed above the
 //! bar show as they come, each on its own line.
 
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle, TermLike};
+use indicatif::{HumanDuration, ProgressBar, ProgressDrawTarget, ProgressState, ProgressStyle, TermLike};
 use std::io::{IsTerminal, Write};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -12,6 +12,8 @@ use std::time::{Duration, Instant};
 pub const EVERY: Duration = Duration::from_secs(30);
 
 /// A bar of `len` steps (0: set later) in `template` (indicatif's syntax; `{msg}` first names the stage).
+/// `{eta}` is the elapsed time per step so far times the steps left: indicatif's own estimate forgets all but the
+/// last seconds, so with steps minutes apart it read 584942417355 years.
 pub fn bar(len: u64, template: &str, what: &str) -> ProgressBar {
     let target = if std::io::stderr().is_terminal() {
         ProgressDrawTarget::stderr()
@@ -19,9 +21,21 @@ pub fn bar(len: u64, template: &str, what: &str) -> ProgressBar {
         ProgressDrawTarget::term_like_with_hz(Box::new(Lines::to(Box::new(std::io::stderr()))), 1)
     };
     let b = ProgressBar::with_draw_target(Some(len), target);
-    b.set_style(ProgressStyle::with_template(template).unwrap_or_else(|_| ProgressStyle::default_bar()).progress_chars("=> "));
+    let style = ProgressStyle::with_template(template).unwrap_or_else(|_| ProgressStyle::default_bar()).progress_chars("=> ");
+    b.set_style(style.with_key("eta", |s: &ProgressState, w: &mut dyn std::fmt::Write| {
+        let _ = match linear_eta(s.elapsed(), s.pos(), s.len()) {
+            Some(eta) => write!(w, "{}", HumanDuration(eta)),
+            None => write!(w, "?"),
+        };
+    }));
     b.set_message(what.to_string());
     b
+}
+
+/// Time left if every step left takes as long as the steps done so far did on average; None before the first.
+fn linear_eta(elapsed: Duration, pos: u64, len: Option<u64>) -> Option<Duration> {
+    let len = len?;
+    (pos > 0).then(|| elapsed.mul_f64(len.saturating_sub(pos) as f64 / pos as f64))
 }
 
 /// A terminal stand-in that turns indicatif's redraws into whole lines, throttled.
@@ -125,6 +139,16 @@ impl TermLike for Lines {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_eta_is_the_mean_step_times_the_steps_left() {
+        let m = Duration::from_secs(60);
+        assert_eq!(linear_eta(6 * m, 0, Some(7)), None, "nothing done: unknown");
+        assert_eq!(linear_eta(6 * m, 2, Some(7)), Some(15 * m));
+        assert_eq!(linear_eta(6 * m, 7, Some(7)), Some(Duration::ZERO));
+        assert_eq!(linear_eta(6 * m, 9, Some(7)), Some(Duration::ZERO), "past the end");
+        assert_eq!(linear_eta(6 * m, 2, None), None);
+    }
 
     #[test]
     fn a_line_per_stage_and_one_every_thirty_seconds() {
