@@ -51,7 +51,7 @@ impl Request {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Outcome {
     /// A whole answer: its text, tokens and the drafts the server reports for it.
-    Done { content: String, tokens: u64, draft_n: u64, draft_accepted: u64 },
+    Done { content: String, tokens: u64, prompt_n: u64, draft_n: u64, draft_accepted: u64 },
     /// The server answered with an HTTP error.
     Refused { status: u16, message: String },
     /// The client hung up on purpose.
@@ -146,6 +146,7 @@ fn done(v: &Value, content: String) -> Outcome {
     Outcome::Done {
         content,
         tokens: t["predicted_n"].as_u64().unwrap_or(0),
+        prompt_n: t["prompt_n"].as_u64().unwrap_or(0),
         draft_n: t["draft_n"].as_u64().unwrap_or(0),
         draft_accepted: t["draft_n_accepted"].as_u64().unwrap_or(0),
     }
@@ -238,11 +239,11 @@ mod tests {
         let sse = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n\
                    data: {\"content\":\"a\",\"stop\":false}\n\n\
                    data: {\"content\":\"b\",\"stop\":false}\n\n\
-                   data: {\"content\":\"\",\"stop\":true,\"timings\":{\"predicted_n\":2}}\n\n";
+                   data: {\"content\":\"\",\"stop\":true,\"timings\":{\"predicted_n\":2,\"prompt_n\":7}}\n\n";
         let port = serve(sse, 2);
         let agent = ureq::agent();
         let got = send(&agent, port, &req(Kind::Stream));
-        assert_eq!(got, Outcome::Done { content: "ab".into(), tokens: 2, draft_n: 0, draft_accepted: 0 });
+        assert_eq!(got, Outcome::Done { content: "ab".into(), tokens: 2, prompt_n: 7, draft_n: 0, draft_accepted: 0 });
         assert_eq!(send(&agent, port, &req(Kind::Abandon { after_events: 1 })), Outcome::Abandoned { events: 1 });
 
         let bad = "HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n\

@@ -94,7 +94,7 @@ pub fn ceiling(drafted: u64, accepted: u64, drafts: u64, betas: &BetaTable, d: f
     Some(Ceiling { alpha, gamma, beta, d, e, s, measured, share: measured / s.max(1.0) })
 }
 
-fn median(v: &mut [f64]) -> f64 {
+pub(super) fn median(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);
     let n = v.len();
     if n == 0 {
@@ -181,7 +181,7 @@ pub fn one_token_ms(model: &Model, name: &str, threads: i32, n_past: usize, reps
 }
 
 /// At least `n` tokens of mixed prose, JSON and code (the text repeated), exactly `n` long.
-fn filler_tokens(model: &Model, n: usize) -> Result<Vec<i32>, LlamaError> {
+pub(super) fn filler_tokens(model: &Model, n: usize) -> Result<Vec<i32>, LlamaError> {
     let text = "The quick brown fox jumps over the lazy dog. {\"name\": \"Ann Lee\", \"age\": 42, \"tags\": [\"x\", \"y\"]}\n\
                 def add(a, b):\n    return a + b\n";
     let seed = model.tokenize(text, true, false)?;

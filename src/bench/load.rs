@@ -4,8 +4,10 @@
 //! slot count, p50/p99 time to last token, and every completed answer held byte for byte to the prompt served
 //! alone without speculation. The prompts are held out from the pack ([`workload::split`]).
 
+use super::load_ceiling::{self, LoadCeiling, LoadCosts};
 use super::Observer;
 use crate::load::served::{self, Side};
+use crate::llama::{Model, ModelOptions};
 use crate::load::{Kind, Limits, Outcome, Request};
 use crate::server::{plugin_summary, Server, ServerError, ServerOptions};
 use serde::Serialize;
@@ -111,6 +113,16 @@ pub struct LoadRow {
     pub healthy: bool,
     /// The plugin's shutdown line.
     pub summary: String,
+    /// What the run could reach at this slot count with its own acceptance (rows that drafted).
+    pub ceiling: Option<LoadCeiling>,
+}
+
+/// What the ceilings of a slot count rest on: the measured costs, plain's wall time and its prefill.
+#[derive(Serialize)]
+pub struct CeilingBasis {
+    pub costs: LoadCosts,
+    pub plain_wall_s: f64,
+    pub plain_prefill_s: f64,
 }
 
 /// The stream: `clients × per_client` greedy requests, structured and prose prompts taken in turn, every
@@ -153,8 +165,10 @@ fn server_options(o: &LoadOptions, c: LoadConfig, slots: u32) -> ServerOptions {
     s
 }
 
-/// Runs every configuration at every slot count on the same stream; rows in (slots, config) order.
-pub fn run(structured: &[String], prose: &[String], o: &LoadOptions, obs: &dyn Observer) -> Result<Vec<LoadRow>, ServerError> {
+/// Runs every configuration at every slot count on the same stream; rows in (slots, config) order, then the
+/// ceiling of every row that drafted, from call costs measured with the servers stopped (one basis per slot
+/// count at which something drafted).
+pub fn run(structured: &[String], prose: &[String], o: &LoadOptions, obs: &dyn Observer) -> Result<(Vec<LoadRow>, Vec<CeilingBasis>), ServerError> {
     std::fs::create_dir_all(&o.out).map_err(|e| ServerError::Start(format!("{}: {e}", o.out.display())))?;
     let requests = plan(structured, prose, o);
     let limits = Limits { clients: o.clients, deadline: Duration::from_secs(24 * 3600), request_timeout: o.request_timeout };
@@ -166,6 +180,8 @@ pub fn run(structured: &[String], prose: &[String], o: &LoadOptions, obs: &dyn O
     obs.step("answers served alone");
 
     let mut rows = Vec::new();
+    // Per slot count: plain's pooled wall time (s) and the evaluated prompt tokens of its completed requests.
+    let mut plain_runs = Vec::new();
     for &slots in &o.slots {
         let mut sides: Vec<Vec<Side>> = o.configs.iter().map(|_| Vec::new()).collect();
         for round in 0..o.repeat.max(1) {
@@ -188,8 +204,43 @@ pub fn run(structured: &[String], prose: &[String], o: &LoadOptions, obs: &dyn O
         for (c, s) in o.configs.iter().zip(&sides) {
             rows.push(row(s, &requests, &alone, slots, *c, base));
         }
+        let prompts: Vec<u64> =
+            sides[0].iter().flat_map(|s| &s.records).filter_map(|r| if let Outcome::Done { prompt_n, .. } = r.outcome { Some(prompt_n) } else { None }).collect();
+        plain_runs.push((slots, sides[0].iter().map(|s| s.wall).sum::<f64>(), prompts));
     }
-    Ok(rows)
+    let bases = ceilings(&mut rows, &plain_runs, o, obs).map_err(|e| ServerError::Start(format!("measuring the ceiling: {e}")))?;
+    Ok((rows, bases))
+}
+
+/// Fills in the ceiling of every row that drafted; returns what each slot count's ceilings rest on.
+fn ceilings(rows: &mut [LoadRow], plain_runs: &[(u32, f64, Vec<u64>)], o: &LoadOptions, obs: &dyn Observer) -> Result<Vec<CeilingBasis>, crate::llama::LlamaError> {
+    let mut bases = Vec::new();
+    let mut model = None;
+    for (slots, wall_s, prompts) in plain_runs {
+        if !rows.iter().any(|r| r.slots == *slots && r.drafted > 0) {
+            continue;
+        }
+        let model = match &mut model {
+            Some(m) => m,
+            None => model.insert(Model::load(&o.model, &ModelOptions { n_gpu_layers: 0 })?),
+        };
+        let longest = prompts.iter().copied().max().unwrap_or(0) as usize;
+        let max_prompt = longest.next_power_of_two().clamp(32, o.slot_ctx as usize / 2);
+        // A slot's cache holds its prompt and part of its answer when it verifies: the median prompt.
+        let mut sorted = prompts.clone();
+        sorted.sort_unstable();
+        let n_past = (sorted.get(sorted.len() / 2).copied().unwrap_or(128) as usize + o.n_predict.max(0) as usize / 2).clamp(16, o.slot_ctx as usize - 64);
+        let threads = o.threads.map_or(0, |t| t as i32);
+        obs.add_total(1);
+        let costs = load_ceiling::measure(model, *slots as usize, threads, n_past, max_prompt, 3)?;
+        let prefill_ms: f64 = prompts.iter().map(|&n| costs.prefill(n as usize)).sum();
+        for r in rows.iter_mut().filter(|r| r.slots == *slots) {
+            r.ceiling = load_ceiling::ceiling(&costs, r.drafted, r.accepted, wall_s * 1e3, prefill_ms, r.speedup);
+        }
+        obs.step(&format!("-np {slots}: call costs measured"));
+        bases.push(CeilingBasis { costs, plain_wall_s: *wall_s, plain_prefill_s: prefill_ms / 1e3 });
+    }
+    Ok(bases)
 }
 
 /// Tokens of completed answers per second over several runs of the stream.
@@ -249,11 +300,12 @@ fn row(sides: &[Side], requests: &[Request], alone: &std::collections::HashMap<s
         accepted,
         healthy: sides.iter().all(|s| s.healthy),
         summary: sides.iter().map(|s| s.summary.as_str()).filter(|s| !s.is_empty()).collect::<Vec<_>>().join(" | "),
+        ceiling: None,
     }
 }
 
-/// The rows as a Markdown table, with the settings above it.
-pub fn markdown(rows: &[LoadRow], o: &LoadOptions) -> String {
+/// The rows as a Markdown table, with the settings above it and what the ceilings rest on below.
+pub fn markdown(rows: &[LoadRow], bases: &[CeilingBasis], o: &LoadOptions) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
@@ -266,13 +318,17 @@ pub fn markdown(rows: &[LoadRow], o: &LoadOptions) -> String {
         file_name(&o.model),
         file_name(&o.pack)
     );
-    let _ = writeln!(s, "| -np | config | done | identical to alone | tok/s | × plain | p50 s | p99 s | p50 structured / prose s | drafted | accepted | healthy |");
-    let _ = writeln!(s, "|---:|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---|");
+    let _ = writeln!(s, "| -np | config | done | identical to alone | tok/s | × plain | p50 s | p99 s | p50 structured / prose s | drafted | accepted | ceiling (γ) | of ceiling | healthy |");
+    let _ = writeln!(s, "|---:|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---|");
     for r in rows {
         let by_label: Vec<String> = r.p50_by_label.iter().map(|(_, v)| format!("{v:.1}")).collect();
+        let (ceil, of) = match &r.ceiling {
+            Some(c) => (format!("{:.2}× ({})", c.s, c.gamma), format!("{:.0}%", 100.0 * c.share)),
+            None => ("–".into(), "–".into()),
+        };
         let _ = writeln!(
             s,
-            "| {} | {} | {}/{} | {}/{} | {:.1} | {:.2}× | {:.1} | {:.1} | {} | {} | {} | {} |",
+            "| {} | {} | {}/{} | {}/{} | {:.1} | {:.2}× | {:.1} | {:.1} | {} | {} | {} | {} | {} | {} |",
             r.slots,
             r.config,
             r.done,
@@ -286,7 +342,32 @@ pub fn markdown(rows: &[LoadRow], o: &LoadOptions) -> String {
             by_label.join(" / "),
             r.drafted,
             r.accepted,
+            ceil,
+            of,
             if r.healthy { "yes" } else { "**no**" }
+        );
+    }
+    if !bases.is_empty() {
+        let _ = writeln!(
+            s,
+            "\nThe ceiling: every generating slot drafting γ tokens at every step with the row's acceptance (accepted / drafted), γ \
+             chosen best, from the strict calls' measured cost; prefill is not drafted and keeps plain's share of the wall time."
+        );
+    }
+    for b in bases {
+        let c = &b.costs;
+        let steps: Vec<String> = [2, 3, 5, 9, 16].iter().filter(|&&k| k <= c.step_ms.len()).map(|&k| format!("t({k})/t(1) {:.2}", c.step_ms[k - 1] / c.step_ms[0])).collect();
+        let _ = writeln!(
+            s,
+            "- -np {}: plain took {:.0} s, of which prefill {:.0} s ({:.0}%); one step of 1 token a slot {:.1} ms ({} slots, {} tokens cached each); {}",
+            c.slots,
+            b.plain_wall_s,
+            b.plain_prefill_s,
+            100.0 * b.plain_prefill_s / b.plain_wall_s.max(1e-9),
+            c.step_ms[0],
+            c.slots,
+            c.n_past,
+            steps.join(", ")
         );
     }
     s

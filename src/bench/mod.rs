@@ -12,6 +12,7 @@ pub mod ceiling;
 pub mod compile;
 pub mod config;
 pub mod load;
+pub mod load_ceiling;
 pub mod lookup_cache;
 pub mod prep;
 pub mod report;

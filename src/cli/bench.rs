@@ -268,11 +268,11 @@ fn run_load(a: BenchArgs) -> Result<i32, Box<dyn std::error::Error>> {
     let obs = Bar(progress("server runs"));
     let rows = load::run(&structured, &prose, &o, &obs);
     obs.0.finish_and_clear();
-    let rows = rows?;
-    let md = load::markdown(&rows, &o);
+    let (rows, bases) = rows?;
+    let md = load::markdown(&rows, &bases, &o);
     print!("{md}");
     std::fs::write(o.out.join("load.md"), &md)?;
-    std::fs::write(o.out.join("load.json"), serde_json::to_string_pretty(&rows)?)?;
+    std::fs::write(o.out.join("load.json"), serde_json::to_string_pretty(&serde_json::json!({ "rows": rows, "ceiling_basis": bases }))?)?;
     println!("\nraw numbers: {}", o.out.join("load.json").display());
     let differ: usize = rows.iter().map(|r| r.compared - r.identical).sum();
     let exact = |name: &str| LoadConfig::ALL.iter().any(|c| c.name() == name && c.exact());

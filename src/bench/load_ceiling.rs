@@ -1,0 +1,259 @@
+//! The ceiling of a load run (`bench --load`): how fast the run's stream could have been served at its slot
+//! count if every generating slot drafted at every step with the run's own acceptance, from call costs
+//! measured on this machine.
+//!
+//! At `-np S` a plain step verifies S tokens in one call; a step where each slot drafts γ tokens verifies
+//! S·(γ+1), which strict batching splits into calls of whole slots of at most [`CALL_MAX`] tokens. With
+//! per-token acceptance α a slot yields E(α, γ) tokens a step, so decoding runs
+//! S_dec = max over γ of E(α, γ) · t(S, 1) / t(S, γ+1) times plain, where t(S, k) is the measured time of the
+//! strict calls for S slots of k tokens. Prompts are not drafted: the share of plain's wall time that went to
+//! prefill (each completed request's evaluated prompt tokens at the measured prefill speed) is left as it is,
+//! so the ceiling of the whole stream is W / (P + (W − P) / S_dec) for plain's wall time W and prefill time P.
+
+use super::ceiling::{expected_tokens, filler_tokens};
+use crate::draft::control::CALL_MAX;
+use crate::llama::{Batch, Context, ContextOptions, LlamaError, Model};
+use serde::Serialize;
+use std::time::Instant;
+
+/// The token counts of the decode calls strict batching makes for `slots` generating slots of `k` tokens
+/// each (patch 0004's `strict_chunk`): whole slots packed in order while a call stays within [`CALL_MAX`]
+/// tokens, at least one slot a call.
+pub fn strict_calls(slots: usize, k: usize) -> Vec<usize> {
+    let mut calls = Vec::new();
+    let mut left = slots;
+    while left > 0 {
+        let per_call = (CALL_MAX / k.max(1)).clamp(1, left);
+        calls.push(per_call * k);
+        left -= per_call;
+    }
+    calls
+}
+
+/// Measured costs at one slot count: the strict calls for every draft length, and prefill.
+#[derive(Clone, Debug, Serialize)]
+pub struct LoadCosts {
+    pub slots: usize,
+    /// Tokens already in each slot's cache when the timed calls run.
+    pub n_past: usize,
+    /// `step_ms[k - 1]`: median time of the strict calls verifying k tokens in every slot, k = 1..=CALL_MAX.
+    pub step_ms: Vec<f64>,
+    /// (prompt tokens, median ms) of one prompt decoded alone, ascending.
+    pub prefill_ms: Vec<(usize, f64)>,
+}
+
+impl LoadCosts {
+    /// Time to decode a prompt of `n` tokens alone, interpolated (beyond the table: at its last rate).
+    pub fn prefill(&self, n: usize) -> f64 {
+        let pts = &self.prefill_ms;
+        let Some(&(n_last, t_last)) = pts.last() else { return 0.0 };
+        if n >= n_last {
+            return t_last * n as f64 / n_last as f64;
+        }
+        let hi = pts.iter().position(|p| p.0 >= n).unwrap_or(0);
+        let (n0, t0) = if hi == 0 { (0, 0.0) } else { pts[hi - 1] };
+        let (n1, t1) = pts[hi];
+        t0 + (t1 - t0) * (n - n0) as f64 / (n1 - n0) as f64
+    }
+
+    /// The best decode speed-up over plain steps with per-token acceptance `alpha`, and the draft length
+    /// per slot that gives it (0 and 1.0 when no draft pays).
+    pub fn decode_ceiling(&self, alpha: f64) -> (usize, f64) {
+        let t1 = self.step_ms[0];
+        (1..self.step_ms.len())
+            .map(|g| (g, expected_tokens(alpha, g as f64) * t1 / self.step_ms[g]))
+            .fold((0, 1.0), |best, c| if c.1 > best.1 { c } else { best })
+    }
+}
+
+/// Measures [`LoadCosts`] for `slots` sequences on `model` with `threads` threads (0: one per core). Every
+/// slot first holds `n_past` tokens; each timed step decodes k tokens in every slot (logits at every
+/// position, as verification asks) in the calls [`strict_calls`] gives, then removes them again. Each k is
+/// visited once per repetition after an untimed pass of the same shape; one warm-up repetition is dropped;
+/// medians of `reps`. Prefill: prompts of 32 to `max_prompt` tokens decoded alone (logits at the last).
+pub fn measure(model: &Model, slots: usize, threads: i32, n_past: usize, max_prompt: usize, reps: usize) -> Result<LoadCosts, LlamaError> {
+    let per_seq = (n_past + CALL_MAX + 32).max(max_prompt + 32).next_multiple_of(256);
+    let opts = ContextOptions {
+        n_ctx: (per_seq * slots) as u32,
+        n_batch: max_prompt.max(n_past).max(CALL_MAX) as u32,
+        n_seq: slots as u32,
+        n_threads: threads,
+        flash_attn: None,
+        kv_unified: false,
+    };
+    let mut ctx = Context::new(model, &opts)?;
+    let toks = filler_tokens(model, max_prompt.max(n_past + CALL_MAX))?;
+    let mut batch = Batch::new(opts.n_batch as usize, slots);
+    for s in 0..slots {
+        batch.clear();
+        for (i, &t) in toks[..n_past].iter().enumerate() {
+            batch.add(t, i as i32, &[s as i32], i + 1 == n_past);
+        }
+        if n_past > 0 {
+            ctx.decode(&batch)?;
+        }
+    }
+    let mut times: Vec<Vec<f64>> = vec![Vec::with_capacity(reps); CALL_MAX];
+    for rep in 0..=reps {
+        for k in 1..=CALL_MAX {
+            let mut ms = 0.0;
+            for _timed in [false, true] {
+                let t0 = Instant::now();
+                let mut slot = 0;
+                for call in strict_calls(slots, k) {
+                    batch.clear();
+                    for _ in 0..call / k {
+                        for j in 0..k {
+                            batch.add(toks[n_past + j], (n_past + j) as i32, &[slot as i32], true);
+                        }
+                        slot += 1;
+                    }
+                    ctx.decode(&batch)?;
+                    let _ = ctx.logits(call as i32 - 1)[0];
+                }
+                ms = t0.elapsed().as_secs_f64() * 1e3;
+                for s in 0..slots {
+                    ctx.seq_rm(s as i32, n_past as i32, -1);
+                }
+            }
+            if rep >= 1 {
+                times[k - 1].push(ms);
+            }
+        }
+    }
+    let step_ms = times.iter_mut().map(|v| super::ceiling::median(v)).collect();
+
+    // Prefill, in slot 0 after clearing it (the other slots' caches do not enter a prompt's own call).
+    let mut prefill_ms = Vec::new();
+    let mut n = 32;
+    while n <= max_prompt {
+        let mut v = Vec::with_capacity(reps);
+        for rep in 0..=reps {
+            ctx.seq_rm(0, 0, -1);
+            batch.clear();
+            for (i, &t) in toks[..n].iter().enumerate() {
+                batch.add(t, i as i32, &[0], i + 1 == n);
+            }
+            let t0 = Instant::now();
+            ctx.decode(&batch)?;
+            let _ = ctx.logits(-1)[0];
+            if rep >= 1 {
+                v.push(t0.elapsed().as_secs_f64() * 1e3);
+            }
+        }
+        prefill_ms.push((n, super::ceiling::median(&mut v)));
+        n *= 2;
+    }
+    Ok(LoadCosts { slots, n_past, step_ms, prefill_ms })
+}
+
+/// One run's ceiling beside what it measured.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct LoadCeiling {
+    /// accepted / drafted over the run.
+    pub alpha: f64,
+    /// Draft length per slot at which the ceiling is reached.
+    pub gamma: usize,
+    /// Decode steps' speed-up over plain at that length.
+    pub decode: f64,
+    /// Share of plain's wall time spent on prefill.
+    pub prefill_share: f64,
+    /// The whole stream's ceiling against plain.
+    pub s: f64,
+    /// The run's measured speed-up against plain.
+    pub measured: f64,
+    /// measured / ceiling.
+    pub share: f64,
+}
+
+/// The ceiling of a run that drafted `drafted` tokens and had `accepted` of them accepted, served in
+/// `measured` × plain's throughput, where plain took `plain_wall_ms` of which `prefill_ms` prefill; None if
+/// it drafted nothing.
+pub fn ceiling(costs: &LoadCosts, drafted: u64, accepted: u64, plain_wall_ms: f64, prefill_ms: f64, measured: f64) -> Option<LoadCeiling> {
+    if drafted == 0 || plain_wall_ms <= 0.0 {
+        return None;
+    }
+    let alpha = accepted as f64 / drafted as f64;
+    let (gamma, decode) = costs.decode_ceiling(alpha);
+    let p = prefill_ms.clamp(0.0, plain_wall_ms);
+    let s = plain_wall_ms / (p + (plain_wall_ms - p) / decode);
+    Some(LoadCeiling { alpha, gamma, decode, prefill_share: p / plain_wall_ms, s, measured, share: measured / s })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Patch 0004's `strict_chunk` over a batch of `slots` runs of `k` tokens, written as the C++ is.
+    fn strict_chunk_oracle(slots: usize, k: usize) -> Vec<usize> {
+        let n = slots * k;
+        let run_end = |i: usize| (i / k + 1) * k;
+        let mut calls = Vec::new();
+        let mut off = 0;
+        while off < n {
+            let mut end = run_end(off);
+            while end < n {
+                let next = run_end(end);
+                if next - off > CALL_MAX {
+                    break;
+                }
+                end = next;
+            }
+            calls.push(end - off);
+            off = end;
+        }
+        calls
+    }
+
+    #[test]
+    fn strict_calls_follow_the_server_patch() {
+        for slots in 1..=8 {
+            for k in 1..=CALL_MAX {
+                assert_eq!(strict_calls(slots, k), strict_chunk_oracle(slots, k), "{slots} slots × {k}");
+            }
+        }
+        assert_eq!(strict_calls(4, 5), [15, 5]);
+        assert_eq!(strict_calls(8, 1), [8]);
+        assert_eq!(strict_calls(2, 16), [16, 16]);
+    }
+
+    fn costs(step_ms: Vec<f64>) -> LoadCosts {
+        LoadCosts { slots: 4, n_past: 256, step_ms, prefill_ms: vec![(32, 100.0), (64, 180.0), (128, 340.0)] }
+    }
+
+    #[test]
+    fn prefill_is_interpolated_and_extended_at_the_last_rate() {
+        let c = costs(vec![1.0; CALL_MAX]);
+        assert_eq!(c.prefill(32), 100.0);
+        assert_eq!(c.prefill(48), 140.0);
+        assert_eq!(c.prefill(16), 50.0);
+        assert_eq!(c.prefill(256), 680.0);
+    }
+
+    #[test]
+    fn the_decode_ceiling_picks_the_best_length_and_never_goes_below_plain() {
+        // Each further token in the call costs 0.25 of a plain step.
+        let c = costs((0..CALL_MAX).map(|k| 1.0 + 0.25 * k as f64).collect());
+        // Sure drafts: E = γ + 1 against 1 + 0.25γ grows with γ, so the longest.
+        assert_eq!(c.decode_ceiling(1.0).0, CALL_MAX - 1);
+        // Useless drafts: no length pays.
+        assert_eq!(c.decode_ceiling(0.0), (0, 1.0));
+        let (g, s) = c.decode_ceiling(0.75);
+        assert!(g >= 1 && s > 1.0);
+        let naive = (1..CALL_MAX).map(|g| expected_tokens(0.75, g as f64) / (1.0 + 0.25 * g as f64)).fold(1.0, f64::max);
+        assert!((s - naive).abs() < 1e-12);
+    }
+
+    #[test]
+    fn prefill_bounds_the_stream_s_ceiling() {
+        let c = costs((0..CALL_MAX).map(|k| 1.0 + 0.25 * k as f64).collect());
+        let (_, dec) = c.decode_ceiling(0.8);
+        let none = ceiling(&c, 100, 80, 1000.0, 0.0, 1.0).unwrap();
+        assert!((none.s - dec).abs() < 1e-12, "no prefill: the stream gains what decoding gains");
+        let half = ceiling(&c, 100, 80, 1000.0, 500.0, 1.0).unwrap();
+        assert!((half.s - 1.0 / (0.5 + 0.5 / dec)).abs() < 1e-12);
+        assert!((half.share - 1.0 / half.s).abs() < 1e-12);
+        assert_eq!(ceiling(&c, 100, 80, 1000.0, 2000.0, 1.0).unwrap().s, 1.0, "all prefill: nothing to gain");
+        assert!(ceiling(&c, 0, 0, 1000.0, 0.0, 1.0).is_none());
+    }
+}
