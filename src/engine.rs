@@ -28,6 +28,9 @@ pub struct EngineConfig {
     pub n_seq: usize,
     pub n_max: usize,
     pub adaptive: bool,
+    /// Gain over a plain step a draft must promise when other slots share the verify call
+    /// ([`DrafterConfig::shared_min_gain`]; `shared_gain=`).
+    pub shared_gain: f64,
     /// The recipe pack; None = context n-grams only.
     pub pack: Option<PathBuf>,
     /// Where misses go (JSON lines); None = not logged.
@@ -90,6 +93,7 @@ impl Default for EngineConfig {
             n_seq: 1,
             n_max: crate::draft::control::INVARIANT_DRAFT,
             adaptive: true,
+            shared_gain: DrafterConfig::default().shared_min_gain,
             pack: None,
             miss_log: None,
             miss_log_cap: MISS_LOG_CAP,
@@ -202,13 +206,20 @@ impl EngineConfig {
                         .ok_or_else(|| EngineError::Arg(format!("--spec-plugin-arg: live_cap={v} is not a number of entries in 8..=67108864")))?
                 }
                 Some(("adaptive", v)) => cfg.adaptive = parse_bool(v)?,
+                Some(("shared_gain", v)) => {
+                    cfg.shared_gain = v
+                        .parse()
+                        .ok()
+                        .filter(|g: &f64| (0.0..=10.0).contains(g))
+                        .ok_or_else(|| EngineError::Arg(format!("--spec-plugin-arg: shared_gain={v} is not a number in 0..=10")))?
+                }
                 Some(("context", v)) => cfg.use_context = parse_bool(v)?,
                 Some(("nmax", v)) => {
                     cfg.n_max = v.parse().map_err(|_| EngineError::Arg(format!("--spec-plugin-arg: nmax={v} is not a number")))?
                 }
                 Some((k, _)) => {
                     return Err(EngineError::Arg(format!(
-                        "--spec-plugin-arg: unknown key `{k}` (known: pack, misslog, misslog_cap, adaptive, context, nmax, draft, shortlist, margin, request_rows, head_dev, live, live_cap)"
+                        "--spec-plugin-arg: unknown key `{k}` (known: pack, misslog, misslog_cap, adaptive, shared_gain, context, nmax, draft, shortlist, margin, request_rows, head_dev, live, live_cap)"
                     )))
                 }
             }
@@ -355,6 +366,7 @@ impl Engine {
             n_seq: cfg.n_seq,
             max_draft: cfg.n_max.min(cfg.n_max_cap()),
             adaptive: cfg.adaptive,
+            shared_min_gain: cfg.shared_gain,
             use_context: cfg.use_context,
             ..DrafterConfig::default()
         };
@@ -586,6 +598,10 @@ mod tests {
         let c = EngineConfig::from_plugin_arg("pack=/p.json,misslog=off,adaptive=0,nmax=3", "").unwrap();
         assert_eq!(c.pack.as_deref(), Some(Path::new("/p.json")));
         assert!(c.miss_log.is_none() && !c.adaptive && c.n_max == 3);
+        assert_eq!(c.shared_gain, DrafterConfig::default().shared_min_gain);
+        assert_eq!(EngineConfig::from_plugin_arg("shared_gain=0.05", "").unwrap().shared_gain, 0.05);
+        let e = EngineConfig::from_plugin_arg("shared_gain=-1", "").unwrap_err().to_string();
+        assert!(e.contains("shared_gain=-1"), "{e}");
         let c = EngineConfig::from_plugin_arg("/x.recipes.json", "").unwrap();
         assert_eq!(c.pack.as_deref(), Some(Path::new("/x.recipes.json")));
         let e = EngineConfig::from_plugin_arg("colour=blue", "").unwrap_err().to_string();

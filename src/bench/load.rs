@@ -28,13 +28,17 @@ pub enum LoadConfig {
     KolmIdle,
     /// The plugin with the pack beside the model.
     Kolm,
+    /// The plugin as `kolm`, plus the settings of `--ab-arg`: an A/B of the drafter's settings on the same
+    /// stream (with none, an A/A check of the run's noise).
+    KolmB,
     /// llama.cpp's own model-free mode as users run it (`--spec-type ngram-simple`, no strict batching): the
     /// field's answer, in the same table. It promises no exactness.
     NgramSimple,
 }
 
 impl LoadConfig {
-    pub const ALL: [LoadConfig; 5] = [LoadConfig::Plain, LoadConfig::PlainStrict, LoadConfig::KolmIdle, LoadConfig::Kolm, LoadConfig::NgramSimple];
+    pub const ALL: [LoadConfig; 6] =
+        [LoadConfig::Plain, LoadConfig::PlainStrict, LoadConfig::KolmIdle, LoadConfig::Kolm, LoadConfig::KolmB, LoadConfig::NgramSimple];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -42,13 +46,14 @@ impl LoadConfig {
             LoadConfig::PlainStrict => "plain-strict",
             LoadConfig::KolmIdle => "kolm-idle",
             LoadConfig::Kolm => "kolm",
+            LoadConfig::KolmB => "kolm-b",
             LoadConfig::NgramSimple => "ngram-simple",
         }
     }
 
     /// Whether the configuration promises every answer byte-identical to the prompt served alone.
     pub fn exact(self) -> bool {
-        matches!(self, LoadConfig::PlainStrict | LoadConfig::KolmIdle | LoadConfig::Kolm)
+        matches!(self, LoadConfig::PlainStrict | LoadConfig::KolmIdle | LoadConfig::Kolm | LoadConfig::KolmB)
     }
 
     /// A comma-separated list of names; `plain` is always run first (every ratio is against it).
@@ -58,7 +63,7 @@ impl LoadConfig {
             let c = LoadConfig::ALL
                 .into_iter()
                 .find(|c| c.name() == name)
-                .ok_or_else(|| format!("--configs: unknown load configuration `{name}` (known: plain, plain-strict, kolm-idle, kolm, ngram-simple)"))?;
+                .ok_or_else(|| format!("--configs: unknown load configuration `{name}` (known: plain, plain-strict, kolm-idle, kolm, kolm-b, ngram-simple)"))?;
             if !v.contains(&c) {
                 v.push(c);
             }
@@ -73,6 +78,8 @@ pub struct LoadOptions {
     pub model: PathBuf,
     /// The recipe pack the `kolm` configuration serves with.
     pub pack: PathBuf,
+    /// Plugin settings `kolm-b` adds to `kolm`'s (`key=value,…`).
+    pub ab_arg: String,
     pub plugin: PathBuf,
     pub configs: Vec<LoadConfig>,
     pub slots: Vec<u32>,
@@ -156,9 +163,13 @@ fn server_options(o: &LoadOptions, c: LoadConfig, slots: u32) -> ServerOptions {
             s.plugin = Some(o.plugin.clone());
             s.plugin_arg = Some("pack=off,context=0,live=off,misslog=off".into());
         }
-        LoadConfig::Kolm => {
+        LoadConfig::Kolm | LoadConfig::KolmB => {
             s.plugin = Some(o.plugin.clone());
-            s.plugin_arg = Some(format!("pack={},live=mem,misslog={}", o.pack.display(), o.out.join("load-misses.jsonl").display()));
+            let mut arg = format!("pack={},live=mem,misslog={}", o.pack.display(), o.out.join("load-misses.jsonl").display());
+            if c == LoadConfig::KolmB && !o.ab_arg.is_empty() {
+                arg = format!("{arg},{}", o.ab_arg);
+            }
+            s.plugin_arg = Some(arg);
         }
         LoadConfig::NgramSimple => s.extra.extend(["--spec-type".to_string(), "ngram-simple".to_string()]),
     }
@@ -385,6 +396,7 @@ mod tests {
         LoadOptions {
             model: "m.gguf".into(),
             pack: "m.recipes.json".into(),
+            ab_arg: "shared_gain=0.05".into(),
             plugin: "libkolm_rsd.so".into(),
             configs: LoadConfig::ALL.to_vec(),
             slots: vec![1, 4, 8],
@@ -425,9 +437,12 @@ mod tests {
         let idle = server_options(&o, LoadConfig::KolmIdle, 4);
         assert_eq!(idle.plugin_arg.as_deref(), Some("pack=off,context=0,live=off,misslog=off"));
         assert_eq!(idle.n_parallel, 4);
-        assert!(server_options(&o, LoadConfig::Kolm, 8).plugin_arg.unwrap().starts_with("pack=m.recipes.json,live=mem,misslog="));
+        let kolm = server_options(&o, LoadConfig::Kolm, 8).plugin_arg.unwrap();
+        assert!(kolm.starts_with("pack=m.recipes.json,live=mem,misslog="));
+        assert_eq!(server_options(&o, LoadConfig::KolmB, 8).plugin_arg.unwrap(), format!("{kolm},shared_gain=0.05"));
         let ngram = server_options(&o, LoadConfig::NgramSimple, 4);
         assert_eq!((ngram.extra.as_slice(), ngram.plugin.is_none()), (["--spec-type".to_string(), "ngram-simple".to_string()].as_slice(), true));
         assert!(LoadConfig::ALL.iter().all(|c| c.exact() == !matches!(c, LoadConfig::Plain | LoadConfig::NgramSimple)));
+        assert!(LoadConfig::ALL.iter().all(|c| LoadConfig::parse_list(c.name()).unwrap().contains(c)), "every name parses");
     }
 }

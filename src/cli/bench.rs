@@ -81,6 +81,10 @@ pub struct BenchArgs {
     /// Load mode: the recipe pack (default: the one beside the model; `kolm-rsd demo` makes it).
     #[arg(long)]
     pack: Option<PathBuf>,
+    /// Load mode: plugin settings (`key=value,…`, as in --spec-plugin-arg) that configuration `kolm-b` adds to
+    /// `kolm`'s, for an A/B of the drafter's settings on the same stream.
+    #[arg(long, requires = "load")]
+    ab_arg: Option<String>,
     /// Compile mode: the pack compile's generation throughput beside llama-batched-bench's at the same parallel
     /// sequences, prompt length and answer budget (first model, first workload, --train-prompts prompts,
     /// default 8; --samples, --n-predict as the answer budget, --threads).
@@ -250,6 +254,7 @@ fn run_load(a: BenchArgs) -> Result<i32, Box<dyn std::error::Error>> {
     let o = LoadOptions {
         model,
         pack,
+        ab_arg: a.ab_arg.clone().unwrap_or_default(),
         plugin,
         configs: LoadConfig::parse_list(a.configs.as_deref().unwrap_or("plain-strict,kolm-idle,kolm"))?,
         slots: a.slots.clone().unwrap_or_else(|| vec![1, 4, 8]),
