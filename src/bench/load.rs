@@ -80,6 +80,8 @@ pub struct LoadOptions {
     pub pack: PathBuf,
     /// Plugin settings `kolm-b` adds to `kolm`'s (`key=value,…`).
     pub ab_arg: String,
+    /// llama-server flags `kolm-b` adds to `kolm`'s.
+    pub ab_server_args: Vec<String>,
     pub plugin: PathBuf,
     pub configs: Vec<LoadConfig>,
     pub slots: Vec<u32>,
@@ -166,8 +168,11 @@ fn server_options(o: &LoadOptions, c: LoadConfig, slots: u32) -> ServerOptions {
         LoadConfig::Kolm | LoadConfig::KolmB => {
             s.plugin = Some(o.plugin.clone());
             let mut arg = format!("pack={},live=mem,misslog={}", o.pack.display(), o.out.join("load-misses.jsonl").display());
-            if c == LoadConfig::KolmB && !o.ab_arg.is_empty() {
-                arg = format!("{arg},{}", o.ab_arg);
+            if c == LoadConfig::KolmB {
+                if !o.ab_arg.is_empty() {
+                    arg = format!("{arg},{}", o.ab_arg);
+                }
+                s.extra.extend(o.ab_server_args.iter().cloned());
             }
             s.plugin_arg = Some(arg);
         }
@@ -397,6 +402,7 @@ mod tests {
             model: "m.gguf".into(),
             pack: "m.recipes.json".into(),
             ab_arg: "shared_gain=0.05".into(),
+            ab_server_args: vec!["-kvu".into()],
             plugin: "libkolm_rsd.so".into(),
             configs: LoadConfig::ALL.to_vec(),
             slots: vec![1, 4, 8],
@@ -439,7 +445,9 @@ mod tests {
         assert_eq!(idle.n_parallel, 4);
         let kolm = server_options(&o, LoadConfig::Kolm, 8).plugin_arg.unwrap();
         assert!(kolm.starts_with("pack=m.recipes.json,live=mem,misslog="));
-        assert_eq!(server_options(&o, LoadConfig::KolmB, 8).plugin_arg.unwrap(), format!("{kolm},shared_gain=0.05"));
+        let b = server_options(&o, LoadConfig::KolmB, 8);
+        assert_eq!((b.plugin_arg.unwrap(), b.extra), (format!("{kolm},shared_gain=0.05"), vec!["-kvu".to_string()]));
+        assert!(server_options(&o, LoadConfig::Kolm, 8).extra.is_empty());
         let ngram = server_options(&o, LoadConfig::NgramSimple, 4);
         assert_eq!((ngram.extra.as_slice(), ngram.plugin.is_none()), (["--spec-type".to_string(), "ngram-simple".to_string()].as_slice(), true));
         assert!(LoadConfig::ALL.iter().all(|c| c.exact() == !matches!(c, LoadConfig::Plain | LoadConfig::NgramSimple)));

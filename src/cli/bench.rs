@@ -85,6 +85,9 @@ pub struct BenchArgs {
     /// `kolm`'s, for an A/B of the drafter's settings on the same stream.
     #[arg(long, requires = "load")]
     ab_arg: Option<String>,
+    /// Load mode: llama-server flags that configuration `kolm-b` adds to `kolm`'s (space-separated, e.g. `-kvu`).
+    #[arg(long, requires = "load", allow_hyphen_values = true)]
+    ab_server_args: Option<String>,
     /// Compile mode: the pack compile's generation throughput beside llama-batched-bench's at the same parallel
     /// sequences, prompt length and answer budget (first model, first workload, --train-prompts prompts,
     /// default 8; --samples, --n-predict as the answer budget, --threads).
@@ -99,9 +102,10 @@ impl Observer for Bar {
         self.0.inc_length(n);
     }
     fn step(&self, msg: &str) {
-        // The count first: the message redraws the line, which then shows the step just done as done.
-        self.0.inc(1);
+        // The message first: each draws the line, and in a pipe a line is printed when its stage (the message)
+        // changes or 30 s after the last, so counting first printed the last step's message beside this count.
         self.0.set_message(msg.to_string());
+        self.0.inc(1);
         // In a pipe the bar is hidden: a line per step shows the progress there.
         if self.0.is_hidden() {
             eprintln!("[{}/{}] {msg}", self.0.position(), self.0.length().unwrap_or(0));
@@ -255,6 +259,7 @@ fn run_load(a: BenchArgs) -> Result<i32, Box<dyn std::error::Error>> {
         model,
         pack,
         ab_arg: a.ab_arg.clone().unwrap_or_default(),
+        ab_server_args: a.ab_server_args.as_deref().unwrap_or("").split_whitespace().map(String::from).collect(),
         plugin,
         configs: LoadConfig::parse_list(a.configs.as_deref().unwrap_or("plain-strict,kolm-idle,kolm"))?,
         slots: a.slots.clone().unwrap_or_else(|| vec![1, 4, 8]),
