@@ -92,3 +92,26 @@ fn the_compile_is_set_beside_llama_batched_bench() {
     assert!(r.batched.pp as usize == r.mean_prompt_tokens && r.batched.speed_tg > 0.0 && r.compile_rate > 0.0);
     assert!(r.markdown().contains("llama-batched-bench"));
 }
+
+/// The load mode's call costs on a real model: every draft length and prefill measured, and the ceiling they
+/// give sane (no timing thresholds beyond "more tokens in the same calls take longer").
+#[test]
+fn the_load_ceiling_measures_real_calls() {
+    use kolm_rsd::bench::load_ceiling::{self, strict_calls};
+    let _serial = common::one_at_a_time();
+    kolm_rsd::llama::quiet_logs();
+    let model = kolm_rsd::llama::Model::load(&common::smol(), &kolm_rsd::llama::ModelOptions { n_gpu_layers: 0 }).unwrap();
+    let c = load_ceiling::measure(&model, 3, 1, 24, 64, 1).expect("measured");
+    assert_eq!((c.slots, c.n_past, c.step_ms.len()), (3, 24, 16));
+    assert!(c.step_ms.iter().all(|&t| t.is_finite() && t > 0.0), "{:?}", c.step_ms);
+    // 3 slots × 16 tokens are three calls of 16: far more work than one call of 3 tokens.
+    assert_eq!(strict_calls(3, 16), [16, 16, 16]);
+    assert!(c.step_ms[15] > c.step_ms[0], "{:?}", c.step_ms);
+    assert_eq!(c.prefill_ms.iter().map(|p| p.0).collect::<Vec<_>>(), [32, 64]);
+    assert!(c.prefill(64) > 0.0 && c.prefill(128) > c.prefill(64));
+    let (g, s) = c.decode_ceiling(1.0);
+    assert!(g >= 1 && s >= 1.0, "sure drafts pay at some length: γ {g}, {s}");
+    assert_eq!(c.decode_ceiling(0.0), (0, 1.0), "drafts never accepted never pay");
+    let run = load_ceiling::ceiling(&c, 100, 90, 10_000.0, c.prefill(64) * 4.0, 1.0).unwrap();
+    assert!(run.s >= 1.0 && run.s <= s + 1e-9 && run.prefill_share > 0.0, "{run:?}");
+}
