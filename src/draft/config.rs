@@ -55,7 +55,10 @@ pub struct DrafterConfig {
     pub min_gain: f64,
     /// The same when other sequences share the verify call (`-np > 1`). The shared-call score rests on what
     /// the others proposed a step earlier and on a β measured only for whole calls, and served at `-np 4` it
-    /// drafted JSON at 87% acceptance and ran at 0.87× of plain decoding: a larger margin is asked there.
+    /// drafted JSON at 87% acceptance and ran at 0.87× of plain decoding: a larger margin is asked there. An A/B
+    /// at 0.05 drafted twice as much at 87% and gained nothing (1.00× against 1.03×): with several KV streams
+    /// llama.cpp runs one slot's extra tokens as a forward pass of their own (`split_equal`), which β per call
+    /// size does not see (BENCHMARKS.md, session 15).
     pub shared_min_gain: f64,
     /// Break-even control on; off drafts the whole chain found at every step (tests, benchmarks of
     /// acceptance).
