@@ -93,18 +93,18 @@ pub fn measure(model: &Model, slots: usize, threads: i32, n_past: usize, max_pro
             ctx.decode(&batch)?;
         }
     }
-    let mut times: Vec<Vec<f64>> = vec![Vec::with_capacity(reps); CALL_MAX];
+    let mut times: Vec<Vec<f64>> = (0..CALL_MAX).map(|_| Vec::with_capacity(reps)).collect();
     for rep in 0..=reps {
         for k in 1..=CALL_MAX {
             let mut ms = 0.0;
             for _timed in [false, true] {
                 let t0 = Instant::now();
-                let mut slot = 0;
+                let mut slot = 0i32;
                 for call in strict_calls(slots, k) {
                     batch.clear();
                     for _ in 0..call / k {
                         for j in 0..k {
-                            batch.add(toks[n_past + j], (n_past + j) as i32, &[slot as i32], true);
+                            batch.add(toks[n_past + j], (n_past + j) as i32, &[slot], true);
                         }
                         slot += 1;
                     }
