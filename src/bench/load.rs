@@ -196,8 +196,8 @@ pub fn run(structured: &[String], prose: &[String], o: &LoadOptions, obs: &dyn O
     obs.step("answers served alone");
 
     let mut rows = Vec::new();
-    // Per slot count: plain's pooled wall time (s) and the evaluated prompt tokens of its completed requests.
-    let mut plain_runs = Vec::new();
+    // Per slot count: the evaluated prompt tokens of plain's completed requests.
+    let mut plain_prompts = Vec::new();
     for &slots in &o.slots {
         let mut sides: Vec<Vec<Side>> = o.configs.iter().map(|_| Vec::new()).collect();
         for round in 0..o.repeat.max(1) {
@@ -222,20 +222,24 @@ pub fn run(structured: &[String], prose: &[String], o: &LoadOptions, obs: &dyn O
         }
         let prompts: Vec<u64> =
             sides[0].iter().flat_map(|s| &s.records).filter_map(|r| if let Outcome::Done { prompt_n, .. } = r.outcome { Some(prompt_n) } else { None }).collect();
-        plain_runs.push((slots, sides[0].iter().map(|s| s.wall).sum::<f64>(), prompts));
+        plain_prompts.push((slots, prompts));
     }
-    let bases = ceilings(&mut rows, &plain_runs, o, obs).map_err(|e| ServerError::Start(format!("measuring the ceiling: {e}")))?;
+    let bases = ceilings(&mut rows, &plain_prompts, o, obs).map_err(|e| ServerError::Start(format!("measuring the ceiling: {e}")))?;
     Ok((rows, bases))
 }
 
 /// Fills in the ceiling of every row that drafted; returns what each slot count's ceilings rest on.
-fn ceilings(rows: &mut [LoadRow], plain_runs: &[(u32, f64, Vec<u64>)], o: &LoadOptions, obs: &dyn Observer) -> Result<Vec<CeilingBasis>, crate::llama::LlamaError> {
+fn ceilings(rows: &mut [LoadRow], plain_prompts: &[(u32, Vec<u64>)], o: &LoadOptions, obs: &dyn Observer) -> Result<Vec<CeilingBasis>, crate::llama::LlamaError> {
     let mut bases = Vec::new();
     let mut model = None;
-    for (slots, wall_s, prompts) in plain_runs {
-        if !rows.iter().any(|r| r.slots == *slots && r.drafted > 0) {
+    for (slots, prompts) in plain_prompts {
+        let (Some(plain), true) = (
+            rows.iter().find(|r| r.slots == *slots && r.config == LoadConfig::Plain.name()),
+            rows.iter().any(|r| r.slots == *slots && r.drafted > 0),
+        ) else {
             continue;
-        }
+        };
+        let wall_s = plain.wall_s;
         let model = match &mut model {
             Some(m) => m,
             None => model.insert(Model::load(&o.model, &ModelOptions { n_gpu_layers: 0 })?),
@@ -254,7 +258,7 @@ fn ceilings(rows: &mut [LoadRow], plain_runs: &[(u32, f64, Vec<u64>)], o: &LoadO
             r.ceiling = load_ceiling::ceiling(&costs, r.drafted, r.accepted, wall_s * 1e3, prefill_ms, r.speedup);
         }
         obs.step(&format!("-np {slots}: call costs measured"));
-        bases.push(CeilingBasis { costs, plain_wall_s: *wall_s, plain_prefill_s: prefill_ms / 1e3 });
+        bases.push(CeilingBasis { costs, plain_wall_s: wall_s, plain_prefill_s: prefill_ms / 1e3 });
     }
     Ok(bases)
 }
