@@ -7,7 +7,9 @@ mod common;
 
 use std::process::Command;
 
+/// Runs one C program; programs that run a model take turns (see `common::one_at_a_time`).
 fn run(cmd: &mut Command) -> (bool, String) {
+    let _one = common::one_at_a_time();
     let o = cmd.output().unwrap();
     let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
     (o.status.success(), text)

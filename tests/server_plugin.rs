@@ -18,6 +18,7 @@ fn prompts(model: &Model) -> Vec<String> {
 
 #[test]
 fn plugin_output_is_byte_identical_and_drafts_are_accepted() {
+    let _one = common::one_at_a_time();
     let path = common::smol();
     let model = Model::load(&path, &ModelOptions { n_gpu_layers: 0 }).unwrap();
     let prompts = prompts(&model);
@@ -53,6 +54,7 @@ fn plugin_output_is_byte_identical_and_drafts_are_accepted() {
 /// and so ended up to a draft's length early (patch 0006).
 #[test]
 fn a_generation_that_fills_the_context_ends_where_plain_decoding_ends() {
+    let _one = common::one_at_a_time();
     let path = common::smol();
     let model = Model::load(&path, &ModelOptions { n_gpu_layers: 0 }).unwrap();
     // SmolLM2 answers this contact card with a JSON object whose last key it repeats until the context is full.
