@@ -9,7 +9,7 @@
 //!
 //! Rooms: `config` (tuning), `seq` (what is kept per sequence), `chain` (the tokens one draft proposes and
 //! the evidence of each), `control` (break-even: β, acceptance, the best length), `step` (which sequences
-//! share the server's decode call), `gate` (whether drafting pays at all, measured), `miss` (positions the
+//! share the server's step, and the forward passes llama.cpp makes of it), `gate` (whether drafting pays at all, measured), `miss` (positions the
 //! next compile could learn); evidence comes from `context` (the request's copies), `enumeration` and
 //! `syntax` (the prompt's lists, the answer's places), `prediction` (the request's predicted output),
 //! [`crate::live`] (what the target answered earlier, learned while serving) and `model` (a draft model).
@@ -26,7 +26,7 @@ pub mod model;
 mod prediction;
 mod seq;
 pub mod stats;
-mod step;
+pub mod step;
 pub mod syntax;
 
 use std::collections::VecDeque;
@@ -88,7 +88,7 @@ impl Drafter {
         cfg.ctx_max_n = cfg.ctx_max_n.clamp(1, 8);
         let seqs = (0..cfg.n_seq).map(|_| Seq::new(cfg.ctx_max_n)).collect();
         Drafter {
-            beta: BetaModel::new(&cfg.beta_prior),
+            beta: BetaModel::new(&cfg.beta_prior).with_layout(cfg.layout),
             rounds: Rounds::new(cfg.n_seq),
             gate: cfg.gate.clone().filter(|_| cfg.adaptive).map(Gate::new),
             cfg,
@@ -221,13 +221,14 @@ impl Drafter {
             g.call(now_ns);
             g.arm() == Arm::Off
         });
-        let shared = self.rounds.enter(seq);
+        self.rounds.enter(seq);
         if let Some(prev) = s.last_ns {
-            // The interval since this sequence's last call is one decode of the last round's tokens.
-            self.beta.observe(self.rounds.last_total, now_ns.saturating_sub(prev));
+            // The interval since this sequence's last call is one decode of the last step's tokens.
+            self.beta.observe_step(self.rounds.last(), now_ns.saturating_sub(prev));
         }
-        let need = 1.0 + if shared.tokens > 0 { cfg.shared_min_gain } else { cfg.min_gain };
-        let verify = Verify::new(&self.beta, shared);
+        let shared = self.rounds.shared(seq);
+        let need = 1.0 + if shared.others() { cfg.shared_min_gain } else { cfg.min_gain };
+        let verify = Verify::new(&self.beta, &shared);
         s.last_ns = Some(now_ns);
         s.awaiting_accept = false;
         let before = s.ctx.tokens().len();
@@ -442,6 +443,7 @@ impl Drafter {
 #[cfg(test)]
 mod tests {
     use super::control::DEFAULT_BETA_PRIOR;
+    use super::step::Layout;
     use super::*;
     use crate::pack::tests::{lit, meta};
     use crate::pack::{Entry, Pack};
@@ -756,7 +758,8 @@ mod tests {
 
     #[test]
     fn a_shared_call_asks_a_larger_gain() {
-        // A copy after a 20-token match: alone it pays by far; in a call another sequence shares, by about 11%.
+        // A copy after a 20-token match: alone it pays by far; in a call another sequence shares (in one pass: a
+        // unified KV cache), by about 11%.
         let passage: Vec<i32> = (100..130).collect();
         let mut prompt = vec![1, 2];
         prompt.extend(&passage);
@@ -765,7 +768,7 @@ mod tests {
         let (last, toks) = prompt.split_last().unwrap();
         let mut out = Vec::new();
         let drafted = |cfg: DrafterConfig, out: &mut Vec<i32>| {
-            let mut d = Drafter::new(None, DrafterConfig { n_seq: 2, ..cfg });
+            let mut d = Drafter::new(None, DrafterConfig { n_seq: 2, layout: Some(Layout::Unified), ..cfg });
             d.begin(0, toks);
             d.begin(1, &[50, 51]);
             d.propose(1, &[50, 51], 52, 15, 0, out); // sequence 1 puts one token into the call

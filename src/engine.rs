@@ -7,6 +7,7 @@ pub use live::default_live_path;
 
 use crate::draft::model::{ModelDraftConfig, ModelDrafter};
 use crate::draft::syntax::TokenTexts;
+use crate::draft::step::Layout;
 use crate::draft::{Drafter, DrafterConfig, Miss, Stats, TokenSource};
 use crate::head::HeadDevice;
 use crate::index::Index;
@@ -31,6 +32,8 @@ pub struct EngineConfig {
     /// Gain over a plain step a draft must promise when other slots share the verify call
     /// ([`DrafterConfig::shared_min_gain`]; `shared_gain=`).
     pub shared_gain: f64,
+    /// How llama-server cuts a step into forward passes (`kv=auto|split|unified`; auto: learned from step times).
+    pub layout: Option<Layout>,
     /// The recipe pack; None = context n-grams only.
     pub pack: Option<PathBuf>,
     /// Where misses go (JSON lines); None = not logged.
@@ -94,6 +97,7 @@ impl Default for EngineConfig {
             n_max: crate::draft::control::INVARIANT_DRAFT,
             adaptive: true,
             shared_gain: DrafterConfig::default().shared_min_gain,
+            layout: None,
             pack: None,
             miss_log: None,
             miss_log_cap: MISS_LOG_CAP,
@@ -213,13 +217,21 @@ impl EngineConfig {
                         .filter(|g: &f64| (0.0..=10.0).contains(g))
                         .ok_or_else(|| EngineError::Arg(format!("--spec-plugin-arg: shared_gain={v} is not a number in 0..=10")))?
                 }
+                Some(("kv", v)) => {
+                    cfg.layout = match v {
+                        "auto" => None,
+                        "split" => Some(Layout::Split),
+                        "unified" => Some(Layout::Unified),
+                        _ => return Err(EngineError::Arg(format!("--spec-plugin-arg: kv={v} is not auto, split or unified"))),
+                    }
+                }
                 Some(("context", v)) => cfg.use_context = parse_bool(v)?,
                 Some(("nmax", v)) => {
                     cfg.n_max = v.parse().map_err(|_| EngineError::Arg(format!("--spec-plugin-arg: nmax={v} is not a number")))?
                 }
                 Some((k, _)) => {
                     return Err(EngineError::Arg(format!(
-                        "--spec-plugin-arg: unknown key `{k}` (known: pack, misslog, misslog_cap, adaptive, shared_gain, context, nmax, draft, shortlist, margin, request_rows, head_dev, live, live_cap)"
+                        "--spec-plugin-arg: unknown key `{k}` (known: pack, misslog, misslog_cap, adaptive, shared_gain, kv, context, nmax, draft, shortlist, margin, request_rows, head_dev, live, live_cap)"
                     )))
                 }
             }
@@ -367,6 +379,7 @@ impl Engine {
             max_draft: cfg.n_max.min(cfg.n_max_cap()),
             adaptive: cfg.adaptive,
             shared_min_gain: cfg.shared_gain,
+            layout: cfg.layout,
             use_context: cfg.use_context,
             ..DrafterConfig::default()
         };
@@ -602,6 +615,11 @@ mod tests {
         assert_eq!(EngineConfig::from_plugin_arg("shared_gain=0.05", "").unwrap().shared_gain, 0.05);
         let e = EngineConfig::from_plugin_arg("shared_gain=-1", "").unwrap_err().to_string();
         assert!(e.contains("shared_gain=-1"), "{e}");
+        assert_eq!(c.layout, None);
+        assert_eq!(EngineConfig::from_plugin_arg("kv=unified", "").unwrap().layout, Some(Layout::Unified));
+        assert_eq!(EngineConfig::from_plugin_arg("kv=split", "").unwrap().layout, Some(Layout::Split));
+        let e = EngineConfig::from_plugin_arg("kv=both", "").unwrap_err().to_string();
+        assert!(e.contains("kv=both is not auto, split or unified"), "{e}");
         let c = EngineConfig::from_plugin_arg("/x.recipes.json", "").unwrap();
         assert_eq!(c.pack.as_deref(), Some(Path::new("/x.recipes.json")));
         let e = EngineConfig::from_plugin_arg("colour=blue", "").unwrap_err().to_string();

@@ -11,7 +11,7 @@
 //! so the ceiling of the whole stream is W / (P + (W − P) / S_dec) for plain's wall time W and prefill time P.
 
 use super::ceiling::{expected_tokens, filler_tokens};
-use crate::draft::control::CALL_MAX;
+use crate::draft::step::{passes, Layout, CALL_MAX};
 use crate::llama::{Batch, Context, ContextOptions, LlamaError, Model};
 use serde::Serialize;
 use std::time::Instant;
@@ -21,12 +21,7 @@ use std::time::Instant;
 /// tokens, at least one slot a call.
 pub fn strict_calls(slots: usize, k: usize) -> Vec<usize> {
     let mut calls = Vec::new();
-    let mut left = slots;
-    while left > 0 {
-        let per_call = (CALL_MAX / k.max(1)).clamp(1, left);
-        calls.push(per_call * k);
-        left -= per_call;
-    }
+    passes(slots, |_| k, Layout::Unified, |t| calls.push(t));
     calls
 }
 

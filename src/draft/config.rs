@@ -2,6 +2,7 @@
 
 use super::class::{DEFAULT_PRIOR, N_CLASSES};
 use super::control::{DEFAULT_BETA_PRIOR, INVARIANT_DRAFT};
+use super::step::Layout;
 use super::gate::GateConfig;
 use crate::index::{Hit, Index};
 
@@ -60,6 +61,8 @@ pub struct DrafterConfig {
     /// llama.cpp runs one slot's extra tokens as a forward pass of their own (`split_equal`), which β per call
     /// size does not see (BENCHMARKS.md, session 15).
     pub shared_min_gain: f64,
+    /// How llama-server cuts a step into forward passes (`kv=split|unified`); None: learned from step times.
+    pub layout: Option<Layout>,
     /// Break-even control on; off drafts the whole chain found at every step (tests, benchmarks of
     /// acceptance).
     pub adaptive: bool,
@@ -107,6 +110,7 @@ impl Default for DrafterConfig {
             miss_capacity: 4096,
             min_gain: 0.05,
             shared_min_gain: 0.25,
+            layout: None,
             adaptive: true,
             use_context: true,
             gate: Some(GateConfig::default()),

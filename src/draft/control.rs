@@ -6,13 +6,15 @@
 //! γ = 0 (score 1) means drafting does not pay. d is the drafter's own cost: zero for pack and n-gram
 //! lookups, one draft-model step (measured) for each token a draft model proposes.
 
+use super::step::{passes, Layout, Shared, CALL_MAX};
+
 /// Size of the per-length tables (β, acceptance per position, the counters' β).
 pub const MAX_DRAFT: usize = 16;
 
 /// Longest draft proposed: one verify pass of this many drafted tokens plus the sampled one stays within
 /// the batch size that patch 0002 computes exactly like single-token decoding (`GGML_CPU_BATCH_INVARIANT_MAX`,
 /// default 16), so output stays byte-identical to plain decoding.
-pub const INVARIANT_DRAFT: usize = 15;
+pub const INVARIANT_DRAFT: usize = CALL_MAX - 1;
 
 /// β(m) for m tokens verified (logits at every position) on the 2-core target machine, Qwen2.5-Coder-1.5B
 /// Q4_K_M with patches 0001–0005: the second token costs 0.55 of a step, the next ones about 0.34, and
@@ -40,9 +42,8 @@ const CLIP: f64 = 1.5;
 const CLIP_AFTER: u32 = 4;
 
 const BUCKETS: usize = MAX_DRAFT + 2;
-
-/// Most tokens one decode call takes under strict batching (`GGML_CPU_BATCH_INVARIANT_MAX`).
-pub const CALL_MAX: usize = INVARIANT_DRAFT + 1;
+/// How far a multi-pass step's measured log cost ratio may sit above its running mean (noise only adds time).
+const LOG_CLIP: f64 = 0.405; // ln 1.5
 
 /// Verify cost β(m) relative to a plain one-token step, learned from step durations.
 #[derive(Clone, Debug)]
@@ -53,10 +54,38 @@ pub struct BetaModel {
     observations: u32,
     /// Current estimate, index m = tokens verified (index 0 unused).
     beta: [f64; BUCKETS],
-    /// Steps of more than [`CALL_MAX`] tokens (several decode calls, `-np > 1`): their measured duration over the
-    /// one the buckets add up to, which β past [`CALL_MAX`] is scaled by (1 until measured).
-    split_ratio: f64,
-    split_samples: u32,
+    /// Steps of several forward passes (`-np > 1`), fitted under each [`Layout`]: how their measured duration
+    /// compares with what their passes' buckets add up to. The layout that fits better is llama-server's.
+    fits: [PassFit; 2],
+    /// The layout given by the user (`kv=`), or None to take the one that fits.
+    forced: Option<Layout>,
+}
+
+/// Steps of several passes under one [`Layout`]: running mean of ln(measured / sum of the passes' β) and of its
+/// square. The mean scales the sum (β measured per pass size, not per pass mix); the square says how well the
+/// layout explains the steps at all.
+#[derive(Clone, Copy, Debug, Default)]
+struct PassFit {
+    log_ratio: f64,
+    log_sq: f64,
+    samples: u32,
+}
+
+impl PassFit {
+    fn add(&mut self, x: f64) {
+        let x = if self.samples >= CLIP_AFTER { x.min(self.log_ratio + LOG_CLIP) } else { x };
+        self.samples = self.samples.saturating_add(1);
+        let w = f64::from(self.samples.min(EMA_SAMPLES)) + PRIOR_WEIGHT;
+        self.log_ratio += (x - self.log_ratio) / w;
+        self.log_sq += (x * x - self.log_sq) / w;
+    }
+}
+
+fn index(layout: Layout) -> usize {
+    match layout {
+        Layout::Split => 0,
+        Layout::Unified => 1,
+    }
 }
 
 impl BetaModel {
@@ -78,8 +107,38 @@ impl BetaModel {
             samples: [0; BUCKETS],
             observations: 0,
             beta: table,
-            split_ratio: 1.0,
-            split_samples: 0,
+            fits: [PassFit::default(); 2],
+            forced: None,
+        }
+    }
+
+    /// Takes `layout` as llama-server's instead of learning it.
+    pub fn with_layout(mut self, layout: Option<Layout>) -> BetaModel {
+        self.forced = layout;
+        self
+    }
+
+    /// How llama-server cuts a step into passes: as given, or the layout whose predictions of the multi-pass
+    /// steps seen so far were closer (a KV stream per slot until told otherwise: llama-server's default with `-np`).
+    pub fn layout(&self) -> Layout {
+        self.forced.unwrap_or(if self.fits[1].log_sq < self.fits[0].log_sq { Layout::Unified } else { Layout::Split })
+    }
+
+    /// β of a step in which slot `j < n` verifies `tokens(j)`: one pass is its bucket; several are the sum of theirs,
+    /// scaled by what such steps were measured to take against that sum (never below the dearest pass).
+    pub fn step(&self, n: usize, tokens: impl Fn(usize) -> usize) -> f64 {
+        let layout = self.layout();
+        let (mut count, mut sum, mut dearest) = (0, 0.0, 0.0f64);
+        passes(n, tokens, layout, |t| {
+            let b = self.beta(t);
+            count += 1;
+            sum += b;
+            dearest = dearest.max(b);
+        });
+        match count {
+            0 => 1.0,
+            1 => sum,
+            _ => (self.fits[index(layout)].log_ratio.exp() * sum).max(dearest),
         }
     }
 
@@ -93,7 +152,7 @@ impl BetaModel {
             return self.beta[v];
         }
         // Never below one whole call: a measured ratio under 1 must not make a 17th token look like a saving.
-        (self.split_ratio * self.calls_beta(v)).max(self.beta[CALL_MAX])
+        (self.fits[index(self.layout())].log_ratio.exp() * self.calls_beta(v)).max(self.beta[CALL_MAX])
     }
 
     /// β of `v` > [`CALL_MAX`] tokens as the sum of its calls' (patch 0004 splits a step into calls of at most
@@ -108,17 +167,34 @@ impl BetaModel {
         std::array::from_fn(|g| self.beta(g + 1) as f32)
     }
 
-    /// Records that a step verifying `verified` tokens took `dt_ns`.
-    pub fn observe(&mut self, verified: usize, dt_ns: u64) {
-        if verified > CALL_MAX {
-            // Several decode calls: no one bucket's cost, but a check of their sum.
-            if let Some(unit) = self.unit_ns() {
-                let ratio = dt_ns as f64 / (unit * self.calls_beta(verified));
-                if ratio > 0.0 && ratio <= OUTLIER {
-                    // Starts at 1 (the sum), worth PRIOR_WEIGHT samples.
-                    clipped_average(&mut self.split_ratio, &mut self.split_samples, ratio, PRIOR_WEIGHT);
+    /// Records that a step in which slot j verified `tokens[j]` took `dt_ns`. A step of one pass (under either
+    /// layout) measures its bucket; one of several passes measures how each layout's sum of passes fits it.
+    pub fn observe_step(&mut self, tokens: &[usize], dt_ns: u64) {
+        let mut fit = [(0usize, 0.0f64, 0usize); 2]; // (passes, sum of β, tokens of the last pass)
+        for layout in [Layout::Split, Layout::Unified] {
+            let f = &mut fit[index(layout)];
+            passes(tokens.len(), |j| tokens[j], layout, |t| {
+                *f = (f.0 + 1, f.1 + self.beta(t), t);
+            });
+        }
+        match fit {
+            [(0, ..), _] => {}
+            [(1, _, t), (1, ..)] => self.observe(t, dt_ns),
+            _ => {
+                let Some(unit) = self.unit_ns() else { return };
+                for (f, (_, sum, _)) in self.fits.iter_mut().zip(fit) {
+                    let ratio = dt_ns as f64 / (unit * sum);
+                    if ratio > 0.0 && ratio <= OUTLIER {
+                        f.add(ratio.ln());
+                    }
                 }
             }
+        }
+    }
+
+    /// Records that one pass verifying `verified` tokens (a sequence alone) took `dt_ns`.
+    pub fn observe(&mut self, verified: usize, dt_ns: u64) {
+        if verified > CALL_MAX {
             return;
         }
         let m = verified.max(1);
@@ -257,40 +333,40 @@ impl<const N: usize> Rates<N> {
 /// Per drafted position.
 pub type Acceptance = Rates<MAX_DRAFT>;
 
-/// What the other sequences put into the same verify call when llama-server runs several slots: the
-/// tokens they add and the tokens they are expected to yield. A draft slows the whole call, so it must pay
-/// for the others' waiting too: with a linear β that makes drafting dearer than alone, and where the kernels
-/// make a further token nearly free (a step in β), cheaper.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct Shared {
-    pub tokens: usize,
-    pub expected: f64,
-}
-
-/// The verify cost a sequence sees: β and what the other sequences share the call with.
-pub struct Verify<'a> {
-    beta: &'a BetaModel,
-    shared: Shared,
-    /// Tokens per unit of cost of the call with no draft from this sequence.
+/// The verify cost a sequence sees: β of the step it joins for each length of its own draft, and what the other
+/// sequences in it are expected to yield. A draft slows the whole step, so it must pay for the others' waiting
+/// too: beside others it costs the passes it adds (a pass of its own when it is the only one drafting, under a
+/// KV stream per slot), and where it matches their length, about what its tokens add to their pass.
+pub struct Verify {
+    /// `cost[t]`: β of the step when this sequence verifies t tokens (1 + drafted).
+    cost: [f64; MAX_DRAFT + 2],
+    others: f64,
+    /// Tokens per unit of cost of the step with no draft from this sequence.
     plain: f64,
 }
 
-impl<'a> Verify<'a> {
-    pub fn new(beta: &'a BetaModel, shared: Shared) -> Verify<'a> {
-        Verify { beta, shared, plain: (shared.expected + 1.0) / beta.beta(shared.tokens + 1) }
+impl Verify {
+    pub fn new(beta: &BetaModel, shared: &Shared) -> Verify {
+        let mut cost = [1.0; MAX_DRAFT + 2];
+        let others = shared.others();
+        for (t, c) in cost.iter_mut().enumerate().skip(1) {
+            *c = if others { beta.step(shared.n(), shared.with(t)) } else { beta.beta(t) };
+        }
+        Verify { cost, others: shared.expected, plain: (shared.expected + 1.0) / cost[1] }
     }
 
     /// A sequence alone in its verify calls (`-np 1`).
-    pub fn alone(beta: &'a BetaModel) -> Verify<'a> {
-        Verify::new(beta, Shared::default())
+    pub fn alone(beta: &BetaModel) -> Verify {
+        Verify::new(beta, &Shared::ALONE)
     }
 
-    /// Tokens per unit of cost of a call in which this sequence verifies `drafted` tokens expected to yield
+    /// Tokens per unit of cost of a step in which this sequence verifies `drafted` tokens expected to yield
     /// `expected` (1 + accepted) and spends `spent` plain steps drafting them, relative to not drafting
     /// (score 1). Alone, this is E / (β(γ + 1) + spent).
     #[inline]
     pub fn score(&self, expected: f64, drafted: usize, spent: f64) -> f64 {
-        (self.shared.expected + expected) / (self.beta.beta(self.shared.tokens + drafted + 1) + spent) / self.plain
+        let c = self.cost[(drafted + 1).min(MAX_DRAFT + 1)];
+        (self.others + expected) / (c + spent) / self.plain
     }
 }
 
@@ -392,44 +468,79 @@ mod tests {
     }
 
     #[test]
-    fn a_shared_call_is_judged_by_everyone_s_throughput() {
-        let b = BetaModel::new(DEFAULT_BETA_PRIOR);
-        let four = Shared { tokens: 3, expected: 3.0 };
-        let v = Verify::new(&b, four);
+    fn a_shared_step_is_judged_by_everyone_s_throughput() {
+        let split = BetaModel::new(DEFAULT_BETA_PRIOR).with_layout(Some(Layout::Split));
+        let unified = BetaModel::new(DEFAULT_BETA_PRIOR).with_layout(Some(Layout::Unified));
+        let four = Shared { tokens: &[0, 1, 1, 1], seq: 0, expected: 3.0 };
+        let v = Verify::new(&unified, &four);
         assert!((v.score(1.0, 0, 0.0) - 1.0).abs() < 1e-12, "not drafting scores 1");
-        // Here a token added to a call of four costs 0.34 steps, and the call already yields 4 / β(4) = 1.79
+        // In one pass, a token added to a step of four costs 0.34 steps, and the step already yields 4 / β(4) = 1.79
         // tokens per step: a drafted token must be likelier than 0.34 · 1.79 = 0.61, against 0.55 alone.
-        assert_eq!(best_length(&[0.58], &Verify::alone(&b), &[], 1.0), 1);
+        assert_eq!(best_length(&[0.58], &Verify::alone(&unified), &[], 1.0), 1);
         assert_eq!(best_length(&[0.58], &v, &[], 1.0), 0, "the others' tokens wait for this draft too");
         assert_eq!(best_length(&[0.9], &v, &[], 1.0), 1);
+        // With a KV stream per slot the same token is a pass of its own: even a sure one does not pay.
+        assert_eq!(best_length(&[1.0, 1.0], &Verify::new(&split, &four), &[], 1.0), 0);
+        // Beside three slots that drafted two tokens each, matching their length adds no pass (one pass of 12
+        // against 4 + 6), and one token fewer adds one: the draft is padded to the others' length.
+        let drafting = Shared { tokens: &[0, 3, 3, 3], seq: 0, expected: 6.0 };
+        let v = Verify::new(&split, &drafting);
+        assert!(v.score(1.0 + 0.3 + 0.09, 2, 0.0) > 1.0 && v.score(1.3, 1, 0.0) < 1.0);
+        assert_eq!(best_length(&[0.3, 0.3], &v, &[], 1.0), 2);
         // Where the kernels make the fifth token nearly free, the same rule drafts what alone would not.
-        let stepped = BetaModel::new(&[(1, 1.0), (4, 2.5), (5, 2.6), (16, 8.6)]);
+        let stepped = BetaModel::new(&[(1, 1.0), (4, 2.5), (5, 2.6), (16, 8.6)]).with_layout(Some(Layout::Unified));
         assert_eq!(best_length(&[0.5], &Verify::alone(&stepped), &[], 1.0), 0);
-        assert_eq!(best_length(&[0.5], &Verify::new(&stepped, four), &[], 1.0), 1);
+        assert_eq!(best_length(&[0.5], &Verify::new(&stepped, &four), &[], 1.0), 1);
         // Past 16 tokens a call is split in two (patch 0004), and the second costs a whole call again.
-        assert!(b.beta(17) - b.beta(16) >= 0.99, "{} {}", b.beta(17), b.beta(16));
-        assert!((b.beta(40) - (2.0 * b.beta(16) + b.beta(8))).abs() < 1e-9);
+        assert!(split.beta(17) - split.beta(16) >= 0.99, "{} {}", split.beta(17), split.beta(16));
+        assert!((split.beta(40) - (2.0 * split.beta(16) + split.beta(8))).abs() < 1e-9);
+    }
+
+    /// Steps of `shape` that take `cost(passes)` plain steps of 10 ms, with one-pass steps of 4 slots between.
+    fn serve(b: &mut BetaModel, shapes: &[&[usize]], cost: impl Fn(&[usize]) -> f64) {
+        let unit = 10_000_000.0;
+        for _ in 0..40 {
+            b.observe_step(&[1], unit as u64);
+            b.observe_step(&[1, 1, 1, 1], (unit * b.beta(4)) as u64);
+            for s in shapes {
+                b.observe_step(s, (unit * cost(s)) as u64);
+            }
+        }
     }
 
     #[test]
-    fn split_steps_are_measured_against_the_sum_of_their_calls() {
+    fn multi_pass_steps_teach_the_layout_and_their_ratio() {
+        let shapes: [&[usize]; 4] = [&[2, 1, 1, 1], &[3, 1, 3, 1], &[1, 0, 1, 1], &[4, 4, 2, 2]];
+        let sum = |b: &BetaModel, layout, s: &[usize]| {
+            let mut c = 0.0;
+            passes(s.len(), |j| s[j], layout, |t| c += b.beta(t));
+            c
+        };
+        let prior = BetaModel::new(DEFAULT_BETA_PRIOR);
+        // A server with a KV stream per slot whose multi-pass steps take 0.9 of their passes' sum.
         let mut b = BetaModel::new(DEFAULT_BETA_PRIOR);
-        let sum = b.beta(24);
-        b.observe(24, 1_000_000_000);
-        assert_eq!(b.beta(24), sum, "no plain step measured yet: nothing to scale by");
-        for _ in 0..40 {
-            b.observe(1, 10_000_000);
-            // A split step of 24 tokens takes 0.8 of what its two calls add up to (one of them overlaps the other's
-            // fixed cost, say).
-            b.observe(24, (0.8 * 10_000_000.0 * b.calls_beta(24)) as u64);
-        }
-        let r = b.beta(24) / b.calls_beta(24);
-        assert!((r - 0.8).abs() < 0.02, "ratio {r}");
-        assert!((b.beta(40) / b.calls_beta(40) - r).abs() < 1e-12, "every split size is scaled alike");
-        assert_eq!(b.table()[15], b.beta(16) as f32, "one call's β is its bucket's");
-        assert!(b.beta(17) >= b.beta(16), "past one call β never falls: {} < {}", b.beta(17), b.beta(16));
-        b.observe(24, 10_000_000_000_000);
-        assert!((b.beta(24) / b.calls_beta(24) - r).abs() < 1e-12, "idle time is not cost");
+        assert_eq!(b.layout(), Layout::Split, "until measured: llama-server's default with -np");
+        let before = b.step(4, |j| [2, 1, 1, 1][j]);
+        b.observe_step(&[2, 1, 1, 1], 1_000_000_000);
+        assert_eq!(b.step(4, |j| [2, 1, 1, 1][j]), before, "no plain step measured yet: nothing to scale by");
+        serve(&mut b, &shapes, |s| 0.9 * sum(&prior, Layout::Split, s));
+        assert_eq!(b.layout(), Layout::Split);
+        let r = b.step(4, |j| [2, 1, 1, 1][j]) / sum(&b, Layout::Split, &[2, 1, 1, 1]);
+        assert!((r - 0.9).abs() < 0.02, "ratio {r}");
+        let r3 = b.step(4, |j| [3, 1, 3, 1][j]) / sum(&b, Layout::Split, &[3, 1, 3, 1]);
+        assert!((r3 - r).abs() < 1e-12, "every multi-pass step is scaled alike");
+        let known = b.step(4, |j| [2, 1, 1, 1][j]);
+        b.observe_step(&[2, 1, 1, 1], 10_000_000_000_000);
+        assert_eq!(b.step(4, |j| [2, 1, 1, 1][j]), known, "idle time is not cost");
+        // A unified KV cache (-kvu): the same steps take what one call of their tokens takes.
+        let mut u = BetaModel::new(DEFAULT_BETA_PRIOR);
+        serve(&mut u, &shapes, |s| sum(&prior, Layout::Unified, s));
+        assert_eq!(u.layout(), Layout::Unified);
+        assert!((u.step(4, |j| [2, 1, 1, 1][j]) - u.beta(5)).abs() < 1e-9);
+        // Told the layout, the model keeps it whatever the steps say.
+        let mut f = BetaModel::new(DEFAULT_BETA_PRIOR).with_layout(Some(Layout::Split));
+        serve(&mut f, &shapes, |s| sum(&prior, Layout::Unified, s));
+        assert_eq!(f.layout(), Layout::Split);
     }
 
     #[test]

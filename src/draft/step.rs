@@ -1,40 +1,161 @@
-//! The server step: which sequences share llama-server's decode call, and with how many tokens.
+//! The server step: which sequences share llama-server's decode call, with how many tokens each, and the
+//! forward passes llama.cpp makes of them.
+//!
+//! A step's cost is not a function of its total tokens. Strict batching (patch 0004) packs whole slots into
+//! calls of at most [`CALL_MAX`] tokens, and with a KV cache per slot (`-np N` without `-kvu`) llama.cpp's
+//! `split_equal` cuts each call into passes ("ubatches") of consecutive slots with the same number of tokens
+//! each. Measured on Qwen2.5-Coder-1.5B at `-np 4` (BENCHMARKS.md, session 15): one slot verifying two
+//! tokens beside three verifying one costs 110 ms against 78 for all four at one token, and all four at two
+//! cost 119 ms; the extra pass, not the extra token, is the price. So a draft is judged by the passes it adds.
 
-use super::control::Shared;
+/// Most tokens one decode call takes under strict batching (`GGML_CPU_BATCH_INVARIANT_MAX`).
+pub const CALL_MAX: usize = 16;
+
+/// How llama.cpp cuts a decode call into forward passes: one KV stream per slot (`split_equal`, llama-server's
+/// default with an explicit `-np`) or one unified stream (`-kvu`, or `-np` left to auto): the whole call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layout {
+    Split,
+    Unified,
+}
+
+/// Calls `pass(tokens)` for every forward pass of a step in which slot `j` verifies `tokens(j)` tokens
+/// (0: not generating), `j < n`, in the order llama.cpp runs them.
+pub fn passes(n: usize, tokens: impl Fn(usize) -> usize, layout: Layout, mut pass: impl FnMut(usize)) {
+    // One call: (slot, tokens left) of whole slots, at most CALL_MAX tokens unless one slot alone is longer.
+    let mut call = [(0usize, 0usize); CALL_MAX];
+    let (mut len, mut sum) = (0, 0);
+    let mut flush = |call: &mut [(usize, usize)], len: usize, sum: usize| {
+        if len == 0 {
+            return;
+        }
+        match layout {
+            Layout::Unified => pass(sum),
+            Layout::Split => split_equal(&mut call[..len], &mut pass),
+        }
+    };
+    for j in 0..n {
+        let t = tokens(j);
+        if t == 0 {
+            continue;
+        }
+        if len > 0 && (sum + t > CALL_MAX || len == CALL_MAX) {
+            flush(&mut call, len, sum);
+            (len, sum) = (0, 0);
+        }
+        call[len] = (j, t);
+        len += 1;
+        sum += t;
+    }
+    flush(&mut call, len, sum);
+}
+
+/// llama.cpp's `split_equal(…, sequential = true)` on one call of (slot, tokens) runs in slot order: each pass
+/// takes the first slot with tokens left and the slots after it with consecutive ids and tokens left, the same
+/// number of tokens (the least any of them has left) from each.
+fn split_equal(call: &mut [(usize, usize)], pass: &mut impl FnMut(usize)) {
+    while let Some(first) = call.iter().position(|e| e.1 > 0) {
+        let mut end = first + 1;
+        while end < call.len() && call[end].1 > 0 && call[end].0 == call[end - 1].0 + 1 {
+            end += 1;
+        }
+        let take = call[first..end].iter().map(|e| e.1).min().unwrap_or(0);
+        for e in &mut call[first..end] {
+            e.1 -= take;
+        }
+        pass(take * (end - first));
+    }
+}
+
+/// The step a sequence's proposal joins: what each slot puts in (`tokens[j]`; the proposing sequence's own
+/// entry is 0) and what the others are expected to yield.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Shared<'a> {
+    pub tokens: &'a [usize],
+    pub seq: usize,
+    pub expected: f64,
+}
+
+impl Shared<'_> {
+    /// A sequence alone in its steps (`-np 1`).
+    pub const ALONE: Shared<'static> = Shared { tokens: &[], seq: 0, expected: 0.0 };
+
+    /// Whether other sequences verify in the same step.
+    pub fn others(&self) -> bool {
+        self.tokens.iter().any(|&t| t > 0)
+    }
+
+    /// Tokens slot `j` verifies when this sequence verifies `own`.
+    #[inline]
+    pub fn with(&self, own: usize) -> impl Fn(usize) -> usize + '_ {
+        move |j| if j == self.seq { own } else { self.tokens.get(j).copied().unwrap_or(0) }
+    }
+
+    /// Slots the step spans (the proposing sequence included).
+    pub fn n(&self) -> usize {
+        self.tokens.len().max(self.seq + 1)
+    }
+}
 
 /// Which sequences share llama-server's decode calls. Each server step drafts for every generating slot
-/// (one call each, in a row), then verifies all their tokens in one batch; a sequence calling again marks
-/// the next step. Sequences of the current or the last step count as sharing this one.
+/// (one call each, in slot order), then verifies all their tokens; a sequence calling again marks the next
+/// step. A sequence counts in the current step with what it proposed in it, or else with what it put into the
+/// last one (it has not been asked yet).
 pub(super) struct Rounds {
     now: Vec<bool>,
     prev: Vec<bool>,
     /// Per sequence: tokens (1 + drafted) of its latest proposal, and what it is expected to yield.
     tokens: Vec<usize>,
     expected: Vec<f64>,
-    /// Tokens the last complete step verified.
-    pub(super) last_total: usize,
+    /// Per slot, the tokens of the last complete step (0: not in it).
+    last: Vec<usize>,
+    /// Per slot, what a proposing sequence shares its step with (its own entry 0).
+    view: Vec<usize>,
+    view_expected: f64,
 }
 
 impl Rounds {
     pub(super) fn new(n_seq: usize) -> Rounds {
-        Rounds { now: vec![false; n_seq], prev: vec![false; n_seq], tokens: vec![1; n_seq], expected: vec![1.0; n_seq], last_total: 1 }
+        let n = n_seq.max(1);
+        Rounds {
+            now: vec![false; n],
+            prev: vec![false; n],
+            tokens: vec![1; n],
+            expected: vec![1.0; n],
+            last: vec![0; n],
+            view: vec![0; n],
+            view_expected: 0.0,
+        }
     }
 
-    /// `seq` drafts: returns what the other sequences put into the same call (those not yet called in
-    /// this step as they did in the last).
-    pub(super) fn enter(&mut self, seq: usize) -> Shared {
+    /// `seq` is asked for a draft: a step has ended if it was asked in the current one already.
+    pub(super) fn enter(&mut self, seq: usize) {
         if self.now[seq] {
-            self.last_total = (0..self.now.len()).filter(|&j| self.now[j]).map(|j| self.tokens[j]).sum();
+            for j in 0..self.now.len() {
+                self.last[j] = if self.now[j] { self.tokens[j] } else { 0 };
+            }
             std::mem::swap(&mut self.now, &mut self.prev);
             self.now.fill(false);
         }
         self.now[seq] = true;
-        let mut shared = Shared::default();
-        for j in (0..self.now.len()).filter(|&j| j != seq && (self.now[j] || self.prev[j])) {
-            shared.tokens += self.tokens[j];
-            shared.expected += self.expected[j];
+        self.view_expected = 0.0;
+        for j in 0..self.now.len() {
+            let with = j != seq && (self.now[j] || self.prev[j]);
+            self.view[j] = if with { self.tokens[j] } else { 0 };
+            if with {
+                self.view_expected += self.expected[j];
+            }
         }
-        shared
+    }
+
+    /// What the sequence last [`enter`](Self::enter)ed shares its step with.
+    pub(super) fn shared(&self, seq: usize) -> Shared<'_> {
+        Shared { tokens: &self.view, seq, expected: self.view_expected }
+    }
+
+    /// Per slot, the tokens the last complete step verified.
+    pub(super) fn last(&self) -> &[usize] {
+        &self.last
     }
 
     pub(super) fn record(&mut self, seq: usize, tokens: usize, expected: f64) {
@@ -43,29 +164,128 @@ impl Rounds {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn list(tokens: &[usize], layout: Layout) -> Vec<usize> {
+        let mut v = Vec::new();
+        passes(tokens.len(), |j| tokens[j], layout, |t| v.push(t));
+        v
+    }
+
+    /// llama.cpp's loops, token by token: the server's batch (each slot's tokens in slot order), cut into calls
+    /// as patch 0004's `strict_chunk` does, each call cut into ubatches as `llama_batch_allocr::split_equal`
+    /// with `sequential` does (it scans unused tokens in batch order and adds a sequence when its id follows
+    /// the last one added).
+    fn oracle(tokens: &[usize], layout: Layout) -> Vec<usize> {
+        let batch: Vec<usize> = tokens.iter().enumerate().flat_map(|(j, &t)| std::iter::repeat_n(j, t)).collect();
+        let run_end = |i: usize| (i + 1..batch.len()).find(|&k| batch[k] != batch[i]).unwrap_or(batch.len());
+        let mut out = Vec::new();
+        let mut off = 0;
+        while off < batch.len() {
+            let mut end = run_end(off);
+            while end < batch.len() && run_end(end) - off <= CALL_MAX {
+                end = run_end(end);
+            }
+            let call = &batch[off..end];
+            if layout == Layout::Unified {
+                out.push(call.len());
+            } else {
+                let mut used = vec![false; call.len()];
+                loop {
+                    let mut seqs: Vec<usize> = Vec::new();
+                    for (i, &s) in call.iter().enumerate() {
+                        if !used[i] && !seqs.contains(&s) && seqs.last().is_none_or(|&l| s == l + 1) {
+                            seqs.push(s);
+                        }
+                    }
+                    if seqs.is_empty() {
+                        break;
+                    }
+                    let mut n = 0;
+                    'fill: loop {
+                        let next: Option<Vec<usize>> =
+                            seqs.iter().map(|&s| (0..call.len()).find(|&i| !used[i] && call[i] == s)).collect();
+                        let Some(next) = next else { break 'fill };
+                        for i in next {
+                            used[i] = true;
+                            n += 1;
+                        }
+                    }
+                    out.push(n);
+                }
+            }
+            off = end;
+        }
+        out
+    }
+
     #[test]
-    fn rounds_see_what_other_slots_put_into_the_call() {
+    fn passes_are_those_the_session_15_costs_showed() {
+        use Layout::*;
+        assert_eq!(list(&[1, 1, 1, 1], Split), [4], "78 ms");
+        assert_eq!(list(&[2, 1, 1, 1], Split), [4, 1], "110 ms: one slot's second token is a pass of its own");
+        assert_eq!(list(&[2, 2, 2, 2], Split), [8], "119 ms");
+        assert_eq!(list(&[3, 3, 1, 1], Split), [4, 4], "153 ms");
+        assert_eq!(list(&[3, 1, 3, 1], Split), [4, 2, 2], "184 ms: slots 0 and 2 are not consecutive");
+        assert_eq!(list(&[1, 0, 1, 1], Split), [1, 2], "88 ms: an idle slot between generating ones");
+        assert_eq!(list(&[2, 1, 1, 1], Unified), [5]);
+        assert_eq!(list(&[5, 5, 5, 5], Split), [15, 5], "whole slots, at most 16 tokens a call");
+        assert_eq!(list(&[16, 1], Unified), [16, 1]);
+        assert_eq!(list(&[0, 0], Split), Vec::<usize>::new());
+    }
+
+    #[test]
+    fn passes_follow_llama_cpp_token_by_token() {
+        // Every shape of up to 5 slots with 0..=4 tokens each, and spot checks of longer drafts and more slots.
+        let mut shapes: Vec<Vec<usize>> = Vec::new();
+        for code in 0..5usize.pow(5) {
+            shapes.push((0..5).map(|i| code / 5usize.pow(i) % 5).collect());
+        }
+        let mut x = 0x9e37_79b9_u64;
+        for _ in 0..2000 {
+            let n = 1 + (x % 12) as usize;
+            shapes.push((0..n).map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                [0, 1, 1, 2, 3, 8, 16][(x % 7) as usize]
+            }).collect());
+        }
+        for s in &shapes {
+            for layout in [Layout::Split, Layout::Unified] {
+                assert_eq!(list(s, layout), oracle(s, layout), "{s:?} {layout:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn rounds_see_what_each_slot_puts_into_the_step() {
         let mut r = Rounds::new(3);
-        assert_eq!(r.enter(0), Shared::default(), "alone so far");
+        r.enter(0);
+        assert!(!r.shared(0).others(), "alone so far");
         r.record(0, 4, 2.5);
-        assert_eq!(r.enter(1), Shared { tokens: 4, expected: 2.5 });
+        r.enter(1);
+        assert_eq!(r.shared(1), Shared { tokens: &[4, 0, 0], seq: 1, expected: 2.5 });
         r.record(1, 1, 1.0);
         // Sequence 0 again: the step with 4 + 1 tokens was decoded; 1 has not drafted in this one yet but
         // did in the last, so it counts with what it put in then.
-        assert_eq!(r.enter(0), Shared { tokens: 1, expected: 1.0 });
-        assert_eq!(r.last_total, 5);
+        r.enter(0);
+        assert_eq!(r.shared(0), Shared { tokens: &[0, 1, 0], seq: 0, expected: 1.0 });
+        assert_eq!(r.last(), [4, 1, 0]);
         r.record(0, 1, 1.0);
-        assert_eq!(r.enter(1), Shared { tokens: 1, expected: 1.0 }, "0 is in this step already, with its new proposal");
+        r.enter(1);
+        assert_eq!(r.shared(1).tokens, [1, 0, 0], "0 is in this step already, with its new proposal");
         r.record(1, 3, 2.0);
-        assert_eq!(r.enter(0), Shared { tokens: 3, expected: 2.0 });
-        assert_eq!(r.last_total, 4);
+        r.enter(0);
+        assert_eq!(r.shared(0).tokens, [0, 3, 0]);
+        assert_eq!(r.last(), [1, 3, 0]);
         r.record(0, 1, 1.0);
-        assert_eq!(r.enter(0), Shared::default(), "1 did not draft in the last step: its request is over");
-        assert_eq!(r.last_total, 1);
+        r.enter(0);
+        assert!(!r.shared(0).others(), "1 did not draft in the last step: its request is over");
+        assert_eq!(r.last(), [1, 0, 0]);
+        let with = r.shared(0);
+        assert_eq!((0..3).map(with.with(5)).collect::<Vec<_>>(), [5, 0, 0]);
     }
 }
