@@ -108,6 +108,12 @@ fn the_load_ceiling_measures_real_calls() {
     assert_eq!(strict_calls(3, 16), [16, 16, 16]);
     assert!(c.step_ms[15] > c.step_ms[0], "{:?}", c.step_ms);
     assert_eq!(c.prefill_ms.iter().map(|p| p.0).collect::<Vec<_>>(), [32, 64]);
+    // Uneven steps measured and priced from one-slot steps: 2-1-1 is two passes (3 tokens, then 1) and one call.
+    assert_eq!(c.uneven.iter().map(|u| u.shape.clone()).collect::<Vec<_>>(), load_ceiling::uneven_shapes(3));
+    assert!(c.uneven.iter().all(|u| u.ms > 0.0 && u.passes_ms > 0.0 && u.calls_ms > 0.0), "{:?}", c.uneven);
+    let u = &c.uneven[0];
+    assert_eq!(u.shape, [2, 1, 1]);
+    assert!(u.passes_ms > u.calls_ms, "two passes priced above one call of the same tokens: {u:?}");
     assert!(c.prefill(64) > 0.0 && c.prefill(128) > c.prefill(64));
     let (g, s) = c.decode_ceiling(1.0);
     assert!(g >= 1 && s >= 1.0, "sure drafts pay at some length: γ {g}, {s}");

@@ -7,7 +7,8 @@
 
 use crate::draft::model::{ModelDraftConfig, ModelDrafter};
 use crate::draft::TokenSource;
-use crate::llama::{Batch, Context, ContextOptions, LlamaError, Model};
+use super::timing::{filler_tokens, median, Steps};
+use crate::llama::{LlamaError, Model};
 use serde::{Deserialize, Serialize};
 use std::time::Instant;
 
@@ -94,19 +95,6 @@ pub fn ceiling(drafted: u64, accepted: u64, drafts: u64, betas: &BetaTable, d: f
     Some(Ceiling { alpha, gamma, beta, d, e, s, measured, share: measured / s.max(1.0) })
 }
 
-pub(super) fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n == 0 {
-        return f64::NAN;
-    }
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
-
 /// The n at which β is measured up to `max_n`: every n to 16, then sparser (β is interpolated between).
 pub fn beta_points(max_n: usize) -> Vec<usize> {
     let mut v: Vec<usize> = (1..=max_n.min(16)).chain([20, 24, 28, 32, 40, 48, 56, 64, 80, 96, 128]).filter(|&n| n <= max_n).collect();
@@ -124,46 +112,9 @@ pub fn beta_points(max_n: usize) -> Vec<usize> {
 /// `reps`.
 pub fn measure_beta(model: &Model, name: &str, max_n: usize, threads: i32, n_past: usize, reps: usize) -> Result<BetaTable, LlamaError> {
     let max_n = max_n.max(1);
-    let n_batch = n_past.max(max_n).max(32) as u32;
-    let opts = ContextOptions {
-        n_ctx: (n_past + max_n + 64).next_multiple_of(256) as u32,
-        n_batch,
-        n_seq: 1,
-        n_threads: threads,
-        flash_attn: None,
-        kv_unified: false,
-    };
-    let mut ctx = Context::new(model, &opts)?;
-    let toks = filler_tokens(model, n_past + max_n)?;
-    let mut batch = Batch::new(n_batch as usize, 1);
-    for (i, &t) in toks[..n_past].iter().enumerate() {
-        batch.add(t, i as i32, &[0], i + 1 == n_past);
-    }
-    if n_past > 0 {
-        ctx.decode(&batch)?;
-    }
     let ns = beta_points(max_n);
-    let mut times: Vec<Vec<f64>> = vec![Vec::with_capacity(reps); ns.len()];
-    for rep in 0..reps + 1 {
-        for (i, &n) in ns.iter().enumerate() {
-            batch.clear();
-            for j in 0..n {
-                batch.add(toks[n_past + j], (n_past + j) as i32, &[0], true);
-            }
-            let mut ms = 0.0;
-            for _timed in [false, true] {
-                let t0 = Instant::now();
-                ctx.decode(&batch)?;
-                let _ = ctx.logits(n as i32 - 1)[0];
-                ms = t0.elapsed().as_secs_f64() * 1e3;
-                ctx.seq_rm(0, n_past as i32, -1);
-            }
-            if rep >= 1 {
-                times[i].push(ms);
-            }
-        }
-    }
-    let meds: Vec<f64> = times.iter_mut().map(|v| median(v)).collect();
+    let shapes: Vec<Vec<usize>> = ns.iter().map(|&n| vec![n]).collect();
+    let meds = Steps::new(model, 1, threads, n_past, max_n, 0)?.time(&shapes, reps)?;
     let t1 = meds[0];
     Ok(BetaTable {
         model: name.to_string(),
@@ -178,14 +129,6 @@ pub fn measure_beta(model: &Model, name: &str, max_n: usize, threads: i32, n_pas
 /// Median time of a one-token pass of `model`, ms (for a draft model's cost d = t1(draft) / t1(target)).
 pub fn one_token_ms(model: &Model, name: &str, threads: i32, n_past: usize, reps: usize) -> Result<f64, LlamaError> {
     Ok(measure_beta(model, name, 1, threads, n_past, reps)?.t1_ms)
-}
-
-/// At least `n` tokens of mixed prose, JSON and code (the text repeated), exactly `n` long.
-pub(super) fn filler_tokens(model: &Model, n: usize) -> Result<Vec<i32>, LlamaError> {
-    let text = "The quick brown fox jumps over the lazy dog. {\"name\": \"Ann Lee\", \"age\": 42, \"tags\": [\"x\", \"y\"]}\n\
-                def add(a, b):\n    return a + b\n";
-    let seed = model.tokenize(text, true, false)?;
-    Ok(seed.iter().copied().cycle().take(n).collect())
 }
 
 /// Median time of one draft-model step of the plugin's drafter (one token decoded with llama.cpp's LM

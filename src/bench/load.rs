@@ -389,6 +389,17 @@ pub fn markdown(rows: &[LoadRow], bases: &[CeilingBasis], o: &LoadOptions) -> St
             c.n_past,
             steps.join(", ")
         );
+        if !c.uneven.is_empty() {
+            let shapes: Vec<String> = c
+                .uneven
+                .iter()
+                .map(|u| {
+                    let shape: Vec<String> = u.shape.iter().map(usize::to_string).collect();
+                    format!("{} {:.0}/{:.0}/{:.0}", shape.join("-"), u.ms, u.passes_ms, u.calls_ms)
+                })
+                .collect();
+            let _ = writeln!(s, "  uneven steps, tokens a slot: ms measured / as the sum of their passes / as one call: {}", shapes.join(", "));
+        }
     }
     s
 }

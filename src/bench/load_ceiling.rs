@@ -10,11 +10,11 @@
 //! prefill (each completed request's evaluated prompt tokens at the measured prefill speed) is left as it is,
 //! so the ceiling of the whole stream is W / (P + (W − P) / S_dec) for plain's wall time W and prefill time P.
 
-use super::ceiling::{expected_tokens, filler_tokens};
+use super::ceiling::expected_tokens;
+use super::timing::Steps;
 use crate::draft::step::{passes, Layout, CALL_MAX};
-use crate::llama::{Batch, Context, ContextOptions, LlamaError, Model};
+use crate::llama::{LlamaError, Model};
 use serde::Serialize;
-use std::time::Instant;
 
 /// The token counts of the decode calls strict batching makes for `slots` generating slots of `k` tokens
 /// each (patch 0004's `strict_chunk`): whole slots packed in order while a call stays within [`CALL_MAX`]
@@ -35,6 +35,34 @@ pub struct LoadCosts {
     pub step_ms: Vec<f64>,
     /// (prompt tokens, median ms) of one prompt decoded alone, ascending.
     pub prefill_ms: Vec<(usize, f64)>,
+    /// Steps in which slots verify different numbers of tokens, against what the drafter's pass model makes of them.
+    pub uneven: Vec<UnevenStep>,
+}
+
+/// One uneven step, measured, and priced from steps of one pass as the drafter prices it (the sum of its passes,
+/// `src/draft/step.rs`) and as one call of its tokens would be (the drafter's model before session 16).
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct UnevenStep {
+    /// Tokens each slot verifies.
+    pub shape: Vec<usize>,
+    pub ms: f64,
+    /// Σ over its passes of a one-slot step of that many tokens.
+    pub passes_ms: f64,
+    /// Σ over its calls of a one-slot step of the call's tokens.
+    pub calls_ms: f64,
+}
+
+/// The uneven steps measured at `slots` slots: one slot drafting 1, 2 or 7 tokens beside one-token slots, two
+/// drafting side by side and apart, an idle slot between generating ones, and two tokens everywhere.
+pub fn uneven_shapes(slots: usize) -> Vec<Vec<usize>> {
+    let heads: [&[usize]; 6] = [&[2], &[3], &[8], &[3, 3], &[3, 1, 3], &[1, 0]];
+    let mut v: Vec<Vec<usize>> = heads
+        .iter()
+        .filter(|h| h.len() < slots)
+        .map(|h| h.iter().copied().chain(std::iter::repeat(1)).take(slots).collect())
+        .collect();
+    v.push(vec![2; slots]);
+    v
 }
 
 impl LoadCosts {
@@ -63,83 +91,34 @@ impl LoadCosts {
 
 /// Measures [`LoadCosts`] for `slots` sequences on `model` with `threads` threads (0: one per core). Every
 /// slot first holds `n_past` tokens; each timed step decodes k tokens in every slot (logits at every
-/// position, as verification asks) in the calls [`strict_calls`] gives, then removes them again. Each k is
-/// visited once per repetition after an untimed pass of the same shape; one warm-up repetition is dropped;
-/// medians of `reps`. Prefill: prompts of 32 to `max_prompt` tokens decoded alone (logits at the last).
+/// position, as verification asks) in the calls strict batching makes ([`Steps::time`]); then one slot alone
+/// verifying 1..=CALL_MAX tokens, and the [`uneven_shapes`]. Prefill: prompts of 32 to `max_prompt` tokens decoded alone (logits at the last).
 pub fn measure(model: &Model, slots: usize, threads: i32, n_past: usize, max_prompt: usize, reps: usize) -> Result<LoadCosts, LlamaError> {
-    let per_seq = (n_past + CALL_MAX + 32).max(max_prompt + 32).next_multiple_of(256);
-    let opts = ContextOptions {
-        n_ctx: (per_seq * slots) as u32,
-        n_batch: max_prompt.max(n_past).max(CALL_MAX) as u32,
-        n_seq: slots as u32,
-        n_threads: threads,
-        flash_attn: None,
-        kv_unified: false,
+    let mut steps = Steps::new(model, slots, threads, n_past, CALL_MAX, max_prompt)?;
+    let shapes: Vec<Vec<usize>> = (1..=CALL_MAX).map(|k| vec![k; slots]).collect();
+    let step_ms = steps.time(&shapes, reps)?;
+    let uneven_shapes = uneven_shapes(slots);
+    let mut one_slot: Vec<Vec<usize>> = (1..=CALL_MAX).map(|n| vec![n]).collect();
+    one_slot.extend(uneven_shapes.iter().cloned());
+    let t = steps.time(&one_slot, reps)?;
+    let (single, measured) = t.split_at(CALL_MAX);
+    let price = |shape: &[usize], layout| {
+        let mut ms = 0.0;
+        passes(shape.len(), |j| shape[j], layout, |n| ms += single[n.min(CALL_MAX) - 1]);
+        ms
     };
-    let mut ctx = Context::new(model, &opts)?;
-    let toks = filler_tokens(model, max_prompt.max(n_past + CALL_MAX))?;
-    let mut batch = Batch::new(opts.n_batch as usize, slots);
-    for s in 0..slots {
-        batch.clear();
-        for (i, &t) in toks[..n_past].iter().enumerate() {
-            batch.add(t, i as i32, &[s as i32], i + 1 == n_past);
-        }
-        if n_past > 0 {
-            ctx.decode(&batch)?;
-        }
-    }
-    let mut times: Vec<Vec<f64>> = (0..CALL_MAX).map(|_| Vec::with_capacity(reps)).collect();
-    for rep in 0..=reps {
-        for k in 1..=CALL_MAX {
-            let mut ms = 0.0;
-            for _timed in [false, true] {
-                let t0 = Instant::now();
-                let mut slot = 0i32;
-                for call in strict_calls(slots, k) {
-                    batch.clear();
-                    for _ in 0..call / k {
-                        for j in 0..k {
-                            batch.add(toks[n_past + j], (n_past + j) as i32, &[slot], true);
-                        }
-                        slot += 1;
-                    }
-                    ctx.decode(&batch)?;
-                    let _ = ctx.logits(call as i32 - 1)[0];
-                }
-                ms = t0.elapsed().as_secs_f64() * 1e3;
-                for s in 0..slots {
-                    ctx.seq_rm(s as i32, n_past as i32, -1);
-                }
-            }
-            if rep >= 1 {
-                times[k - 1].push(ms);
-            }
-        }
-    }
-    let step_ms = times.iter_mut().map(|v| super::ceiling::median(v)).collect();
-
-    // Prefill, in slot 0 after clearing it (the other slots' caches do not enter a prompt's own call).
+    let uneven = uneven_shapes
+        .iter()
+        .zip(measured)
+        .map(|(shape, &ms)| UnevenStep { passes_ms: price(shape, Layout::Split), calls_ms: price(shape, Layout::Unified), shape: shape.clone(), ms })
+        .collect();
     let mut prefill_ms = Vec::new();
     let mut n = 32;
     while n <= max_prompt {
-        let mut v = Vec::with_capacity(reps);
-        for rep in 0..=reps {
-            ctx.seq_rm(0, 0, -1);
-            batch.clear();
-            for (i, &t) in toks[..n].iter().enumerate() {
-                batch.add(t, i as i32, &[0], i + 1 == n);
-            }
-            let t0 = Instant::now();
-            ctx.decode(&batch)?;
-            let _ = ctx.logits(-1)[0];
-            if rep >= 1 {
-                v.push(t0.elapsed().as_secs_f64() * 1e3);
-            }
-        }
-        prefill_ms.push((n, super::ceiling::median(&mut v)));
+        prefill_ms.push((n, steps.prefill(n, reps)?));
         n *= 2;
     }
-    Ok(LoadCosts { slots, n_past, step_ms, prefill_ms })
+    Ok(LoadCosts { slots, n_past, step_ms, prefill_ms, uneven })
 }
 
 /// One run's ceiling beside what it measured.
@@ -201,6 +180,13 @@ mod tests {
     }
 
     #[test]
+    fn uneven_shapes_have_a_drafting_slot_beside_others() {
+        assert_eq!(uneven_shapes(4), [[2, 1, 1, 1], [3, 1, 1, 1], [8, 1, 1, 1], [3, 3, 1, 1], [3, 1, 3, 1], [1, 0, 1, 1], [2, 2, 2, 2]]);
+        assert_eq!(uneven_shapes(2), [[2, 1], [3, 1], [8, 1], [2, 2]]);
+        assert_eq!(uneven_shapes(1), [[2]]);
+    }
+
+    #[test]
     fn strict_calls_follow_the_server_patch() {
         for slots in 1..=8 {
             for k in 1..=CALL_MAX {
@@ -213,7 +199,7 @@ mod tests {
     }
 
     fn costs(step_ms: Vec<f64>) -> LoadCosts {
-        LoadCosts { slots: 4, n_past: 256, step_ms, prefill_ms: vec![(32, 100.0), (64, 180.0), (128, 340.0)] }
+        LoadCosts { slots: 4, n_past: 256, step_ms, prefill_ms: vec![(32, 100.0), (64, 180.0), (128, 340.0)], uneven: vec![] }
     }
 
     #[test]

@@ -17,6 +17,7 @@ pub mod lookup_cache;
 pub mod prep;
 pub mod report;
 pub mod run;
+pub mod timing;
 
 use crate::draft::model::ModelDraftConfig;
 use crate::engine::DEFAULT_HEAD_DEVICE;

@@ -19,35 +19,47 @@ pub enum Layout {
     Unified,
 }
 
-/// Calls `pass(tokens)` for every forward pass of a step in which slot `j` verifies `tokens(j)` tokens
-/// (0: not generating), `j < n`, in the order llama.cpp runs them.
-pub fn passes(n: usize, tokens: impl Fn(usize) -> usize, layout: Layout, mut pass: impl FnMut(usize)) {
-    // One call: (slot, tokens left) of whole slots, at most CALL_MAX tokens unless one slot alone is longer.
-    let mut call = [(0usize, 0usize); CALL_MAX];
-    let (mut len, mut sum) = (0, 0);
-    let mut flush = |call: &mut [(usize, usize)], len: usize, sum: usize| {
-        if len == 0 {
-            return;
-        }
-        match layout {
-            Layout::Unified => pass(sum),
-            Layout::Split => split_equal(&mut call[..len], &mut pass),
-        }
-    };
+/// Calls `call(slots)` for every decode call strict batching (patch 0004's `strict_chunk`) makes of a step in
+/// which slot `j < n` verifies `tokens(j)` tokens (0: not generating): whole slots in slot order, as many as stay
+/// within [`CALL_MAX`] tokens, at least one. A range may hold slots that verify nothing.
+pub fn calls(n: usize, tokens: impl Fn(usize) -> usize, mut call: impl FnMut(std::ops::Range<usize>)) {
+    let (mut start, mut sum) = (None, 0);
     for j in 0..n {
         let t = tokens(j);
         if t == 0 {
             continue;
         }
-        if len > 0 && (sum + t > CALL_MAX || len == CALL_MAX) {
-            flush(&mut call, len, sum);
-            (len, sum) = (0, 0);
+        if let Some(s) = start.filter(|_| sum + t > CALL_MAX) {
+            call(s..j);
+            (start, sum) = (None, 0);
         }
-        call[len] = (j, t);
-        len += 1;
+        start.get_or_insert(j);
         sum += t;
     }
-    flush(&mut call, len, sum);
+    if let Some(s) = start {
+        call(s..n);
+    }
+}
+
+/// Calls `pass(tokens)` for every forward pass of a step in which slot `j < n` verifies `tokens(j)` tokens
+/// (0: not generating), in the order llama.cpp runs them.
+pub fn passes(n: usize, tokens: impl Fn(usize) -> usize, layout: Layout, mut pass: impl FnMut(usize)) {
+    calls(n, &tokens, |slots| {
+        // (slot, tokens left) of the call's generating slots: at most CALL_MAX of them, as each has a token.
+        let mut call = [(0usize, 0usize); CALL_MAX];
+        let mut len = 0;
+        for j in slots.filter(|&j| tokens(j) > 0) {
+            if len == CALL_MAX {
+                break;
+            }
+            call[len] = (j, tokens(j));
+            len += 1;
+        }
+        match layout {
+            Layout::Unified => pass(call[..len].iter().map(|e| e.1).sum()),
+            Layout::Split => split_equal(&mut call[..len], &mut pass),
+        }
+    });
 }
 
 /// llama.cpp's `split_equal(…, sequential = true)` on one call of (slot, tokens) runs in slot order: each pass
