@@ -57,9 +57,9 @@ pub struct DrafterConfig {
     /// The same when other sequences share the verify call (`-np > 1`). The shared-call score rests on what
     /// the others proposed a step earlier and on a β measured only for whole calls, and served at `-np 4` it
     /// drafted JSON at 87% acceptance and ran at 0.87× of plain decoding: a larger margin is asked there. An A/B
-    /// at 0.05 drafted twice as much at 87% and gained nothing (1.00× against 1.03×): with several KV streams
-    /// llama.cpp runs one slot's extra tokens as a forward pass of their own (`split_equal`), which β per call
-    /// size does not see (BENCHMARKS.md, session 15).
+    /// at 0.05 drafted twice as much at 87% and gained nothing (1.00× against 1.03×; BENCHMARKS.md, session 15), while
+    /// steps were still priced as one call of their tokens. Since session 16 they are priced by their passes
+    /// ([`super::step`]); whether the margin can come down with that has not been measured.
     pub shared_min_gain: f64,
     /// How llama-server cuts a step into forward passes (`kv=split|unified`); None: learned from step times.
     pub layout: Option<Layout>,
