@@ -181,6 +181,7 @@ impl Drafter {
         };
         s.restart(prompt, self.texts.as_ref());
         self.rounds.record(seq, 1, 1.0);
+        self.rounds.begin_request();
     }
 
     /// The request just begun on `seq` comes with a predicted output (`tokens`): copies of it are drafted
@@ -222,7 +223,7 @@ impl Drafter {
             g.arm() == Arm::Off
         });
         self.rounds.enter(seq);
-        if let Some(prev) = s.last_ns {
+        if let Some(prev) = s.last_ns.filter(|_| self.rounds.timing_clean()) {
             // The interval since this sequence's last call is one decode of the last step's tokens.
             self.beta.observe_step(self.rounds.last(), now_ns.saturating_sub(prev));
         }
