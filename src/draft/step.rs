@@ -174,12 +174,12 @@ impl Rounds {
         &self.last
     }
 
-    /// A request begins on some slot: llama-server decodes its prompt in the coming step (a new request arrives
-    /// between steps, its prompt goes into the next step's batch beside the drafts of the generating slots), and
-    /// the intervals that step's time shows up in are measured at the calls of the step after it. At `-np 8`,
-    /// with prompts 64% of the wall time, such intervals made β look flat (1.02–1.07 for 2–5 tokens, session 16).
+    /// A request begins on some slot: llama-server calls this right after the decode that evaluated its prompt
+    /// (beside the drafts of the generating slots), so the intervals measured at the next step's calls hold the
+    /// prompt's time. At `-np 8`, with prompts 64% of the wall time, such intervals made β look flat (1.02–1.07 for
+    /// 2–5 tokens, session 16).
     pub(super) fn begin_request(&mut self) {
-        self.prefill |= 0b100;
+        self.prefill |= 0b10;
     }
 
     /// Whether the intervals measured in the current step are decode steps without a prompt in them.
@@ -329,9 +329,8 @@ mod tests {
             clean
         };
         assert!(step(&mut r) && step(&mut r));
-        r.begin_request(); // between steps: the next step's batch holds the prompt
-        assert!(step(&mut r), "this step's calls time the step before, which had no prompt");
-        assert!(!step(&mut r), "these time the step that decoded the prompt");
+        r.begin_request(); // after the decode that held the prompt
+        assert!(!step(&mut r), "these calls time the step that decoded the prompt");
         assert!(step(&mut r));
     }
 }
