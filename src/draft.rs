@@ -181,7 +181,7 @@ impl Drafter {
         };
         s.restart(prompt, self.texts.as_ref());
         self.rounds.record(seq, 1, 1.0);
-        self.rounds.begin_request();
+        self.rounds.begin_request(seq);
     }
 
     /// The request just begun on `seq` comes with a predicted output (`tokens`): copies of it are drafted
@@ -223,7 +223,8 @@ impl Drafter {
             g.arm() == Arm::Off
         });
         self.rounds.enter(seq);
-        if let Some(prev) = s.last_ns.filter(|_| self.rounds.timing_clean()) {
+        let clean = self.rounds.timing_clean(seq);
+        if let Some(prev) = s.last_ns.filter(|_| clean) {
             // The interval since this sequence's last call is one decode of the last step's tokens.
             self.beta.observe_step(self.rounds.last(), now_ns.saturating_sub(prev));
         }

@@ -124,8 +124,8 @@ pub(super) struct Rounds {
     /// Per slot, what a proposing sequence shares its step with (its own entry 0).
     view: Vec<usize>,
     view_expected: f64,
-    /// Bit i: the step i rollovers from now decoded a prompt too, so its time is not verify cost.
-    prefill: u8,
+    /// Per sequence: its next interval holds another request's prompt decode, which is not verify cost.
+    prefill: Vec<bool>,
 }
 
 impl Rounds {
@@ -139,7 +139,7 @@ impl Rounds {
             last: vec![0; n],
             view: vec![0; n],
             view_expected: 0.0,
-            prefill: 0,
+            prefill: vec![false; n],
         }
     }
 
@@ -151,7 +151,6 @@ impl Rounds {
             }
             std::mem::swap(&mut self.now, &mut self.prev);
             self.now.fill(false);
-            self.prefill >>= 1;
         }
         self.now[seq] = true;
         self.view_expected = 0.0;
@@ -174,17 +173,19 @@ impl Rounds {
         &self.last
     }
 
-    /// A request begins on some slot: llama-server calls this right after the decode that evaluated its prompt
-    /// (beside the drafts of the generating slots), so the intervals measured at the next step's calls hold the
-    /// prompt's time. At `-np 8`, with prompts 64% of the wall time, such intervals made β look flat (1.02–1.07 for
-    /// 2–5 tokens, session 16).
-    pub(super) fn begin_request(&mut self) {
-        self.prefill |= 0b10;
+    /// A request begins on `seq`: llama-server calls this right after the decode that evaluated its prompt
+    /// beside the other slots' drafts, so each other sequence's next interval holds the prompt's time (`seq`'s own
+    /// timing starts over). At `-np 8`, with prompts 64% of the wall time, such intervals made β look flat (1.02–1.07
+    /// for 2–5 tokens, session 16).
+    pub(super) fn begin_request(&mut self, seq: usize) {
+        for (j, p) in self.prefill.iter_mut().enumerate() {
+            *p = j != seq;
+        }
     }
 
-    /// Whether the intervals measured in the current step are decode steps without a prompt in them.
-    pub(super) fn timing_clean(&self) -> bool {
-        self.prefill & 1 == 0
+    /// Whether the interval `seq` measures now is a decode step without a prompt in it (asking clears the mark).
+    pub(super) fn timing_clean(&mut self, seq: usize) -> bool {
+        !std::mem::take(&mut self.prefill[seq])
     }
 
     pub(super) fn record(&mut self, seq: usize, tokens: usize, expected: f64) {
@@ -319,18 +320,14 @@ mod tests {
     }
 
     #[test]
-    fn the_step_after_a_prompt_s_is_not_timed() {
-        let mut r = Rounds::new(2);
-        let step = |r: &mut Rounds| {
-            r.enter(0);
-            let clean = r.timing_clean();
-            r.enter(1);
-            assert_eq!(r.timing_clean(), clean, "one step, one verdict");
-            clean
-        };
-        assert!(step(&mut r) && step(&mut r));
-        r.begin_request(); // after the decode that held the prompt
-        assert!(!step(&mut r), "these calls time the step that decoded the prompt");
-        assert!(step(&mut r));
+    fn the_interval_holding_a_prompt_is_not_timed() {
+        let mut r = Rounds::new(3);
+        assert!(r.timing_clean(0) && r.timing_clean(1));
+        r.begin_request(2); // after the decode that held sequence 2's prompt
+        assert!(!r.timing_clean(0) && !r.timing_clean(1), "their next intervals hold that decode");
+        assert!(r.timing_clean(0) && r.timing_clean(1), "and only those");
+        let mut alone = Rounds::new(1);
+        alone.begin_request(0);
+        assert!(alone.timing_clean(0), "alone, the prompt was decoded before the request's first call");
     }
 }
