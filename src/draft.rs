@@ -9,10 +9,11 @@
 //!
 //! Rooms: `config` (tuning), `seq` (what is kept per sequence), `chain` (the tokens one draft proposes and
 //! the evidence of each), `control` (break-even: β, acceptance, the best length), `step` (which sequences
-//! share the server's step, and the forward passes llama.cpp makes of it), `gate` (whether drafting pays at all, measured), `miss` (positions the
-//! next compile could learn); evidence comes from `context` (the request's copies), `enumeration` and
-//! `syntax` (the prompt's lists, the answer's places), `prediction` (the request's predicted output),
-//! [`crate::live`] (what the target answered earlier, learned while serving) and `model` (a draft model).
+//! share the server's step, and the forward passes llama.cpp makes of it), `gate` (whether drafting pays at
+//! all, measured), `miss` (positions the next compile could learn); evidence comes from `context` (the
+//! request's copies), `enumeration` and `syntax` (the prompt's lists, the answer's places), `prediction` (the
+//! request's predicted output), [`crate::live`] (what the target answered earlier, learned while serving) and
+//! `model` (a draft model).
 
 mod chain;
 pub mod class;
