@@ -182,7 +182,13 @@ impl Drafter {
         };
         s.restart(prompt, self.texts.as_ref());
         self.rounds.record(seq, 1, 1.0);
-        self.rounds.begin_request(seq);
+        // llama-server calls this right after the decode that evaluated the prompt beside the other slots' drafts,
+        // so every other sequence's next interval holds the prompt's time, which is not verify cost: none of them
+        // times it. At `-np 8`, with prompts 64% of the wall time, such intervals made β look flat (1.02–1.07 for
+        // 2–5 tokens, session 16).
+        for other in &mut self.seqs {
+            other.last_ns = None;
+        }
     }
 
     /// The request just begun on `seq` comes with a predicted output (`tokens`): copies of it are drafted
@@ -224,8 +230,7 @@ impl Drafter {
             g.arm() == Arm::Off
         });
         self.rounds.enter(seq);
-        let clean = self.rounds.timing_clean(seq);
-        if let Some(prev) = s.last_ns.filter(|_| clean) {
+        if let Some(prev) = s.last_ns {
             // The interval since this sequence's last call is one decode of the last step's tokens.
             self.beta.observe_step(self.rounds.last(), now_ns.saturating_sub(prev));
         }
@@ -783,6 +788,38 @@ mod tests {
         let mut alone = Drafter::new(None, dear());
         alone.begin(0, toks);
         assert!(alone.propose(0, toks, *last, 15, 0, &mut out) >= 3);
+    }
+
+    #[test]
+    fn the_interval_holding_a_new_prompt_is_not_timed() {
+        const MS: u64 = 1_000_000;
+        // Sequence 0 alone at 10 ms a step, then both at 25 ms; then one interval of 125 ms (5 steps' worth, inside
+        // what counts as a step at all) in which a request began on sequence 1 (`begin_late`) or not.
+        let beta = |begin_late: Option<bool>| {
+            let mut d = Drafter::new(None, DrafterConfig { n_seq: 2, ..DrafterConfig::default() });
+            let mut out = Vec::new();
+            d.begin(0, &[1, 2]);
+            let mut t = 0;
+            for _ in 0..10 {
+                d.propose(0, &[1, 2], 3, 0, t, &mut out);
+                t += 10 * MS;
+            }
+            d.begin(1, &[1, 2]);
+            for _ in 0..20 {
+                d.propose(0, &[1, 2], 3, 0, t, &mut out);
+                d.propose(1, &[1, 2], 3, 0, t, &mut out);
+                t += 25 * MS;
+            }
+            if let Some(begin) = begin_late {
+                if begin {
+                    d.begin(1, &[4, 5]); // after the decode that evaluated its prompt
+                }
+                d.propose(0, &[1, 2], 3, 0, t + 100 * MS, &mut out);
+            }
+            d.stats(0).unwrap().beta
+        };
+        assert_ne!(beta(Some(false)), beta(None), "the long interval is timed when no prompt is in it");
+        assert_eq!(beta(Some(true)), beta(None), "and not when it holds a prompt's decode");
     }
 
     #[test]

@@ -36,6 +36,8 @@ pub(super) struct Seq {
     pub(super) off_steps: u32,
     /// Consecutive steps that drafted.
     pub(super) drafting_run: u32,
+    /// When this sequence's last call ended; None: its next interval is not timed (a new request here or
+    /// elsewhere: the interval holds a prompt's decode).
     pub(super) last_ns: Option<u64>,
     pub(super) pending: Vec<Pending>,
     /// Tokens of the sequence counted into the live index (the answer's, from its start).

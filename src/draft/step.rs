@@ -124,8 +124,6 @@ pub(super) struct Rounds {
     /// Per slot, what a proposing sequence shares its step with (its own entry 0).
     view: Vec<usize>,
     view_expected: f64,
-    /// Per sequence: its next interval holds another request's prompt decode, which is not verify cost.
-    prefill: Vec<bool>,
 }
 
 impl Rounds {
@@ -139,7 +137,6 @@ impl Rounds {
             last: vec![0; n],
             view: vec![0; n],
             view_expected: 0.0,
-            prefill: vec![false; n],
         }
     }
 
@@ -171,21 +168,6 @@ impl Rounds {
     /// Per slot, the tokens the last complete step verified.
     pub(super) fn last(&self) -> &[usize] {
         &self.last
-    }
-
-    /// A request begins on `seq`: llama-server calls this right after the decode that evaluated its prompt
-    /// beside the other slots' drafts, so each other sequence's next interval holds the prompt's time (`seq`'s own
-    /// timing starts over). At `-np 8`, with prompts 64% of the wall time, such intervals made β look flat (1.02–1.07
-    /// for 2–5 tokens, session 16).
-    pub(super) fn begin_request(&mut self, seq: usize) {
-        for (j, p) in self.prefill.iter_mut().enumerate() {
-            *p = j != seq;
-        }
-    }
-
-    /// Whether the interval `seq` measures now is a decode step without a prompt in it (asking clears the mark).
-    pub(super) fn timing_clean(&mut self, seq: usize) -> bool {
-        !std::mem::take(&mut self.prefill[seq])
     }
 
     pub(super) fn record(&mut self, seq: usize, tokens: usize, expected: f64) {
@@ -317,17 +299,5 @@ mod tests {
         assert_eq!(r.last(), [1, 0, 0]);
         let with = r.shared(0);
         assert_eq!((0..3).map(with.with(5)).collect::<Vec<_>>(), [5, 0, 0]);
-    }
-
-    #[test]
-    fn the_interval_holding_a_prompt_is_not_timed() {
-        let mut r = Rounds::new(3);
-        assert!(r.timing_clean(0) && r.timing_clean(1));
-        r.begin_request(2); // after the decode that held sequence 2's prompt
-        assert!(!r.timing_clean(0) && !r.timing_clean(1), "their next intervals hold that decode");
-        assert!(r.timing_clean(0) && r.timing_clean(1), "and only those");
-        let mut alone = Rounds::new(1);
-        alone.begin_request(0);
-        assert!(alone.timing_clean(0), "alone, the prompt was decoded before the request's first call");
     }
 }
