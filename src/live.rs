@@ -31,6 +31,28 @@ struct SetMeta {
     seen: [u32; WAYS],
 }
 
+impl SetMeta {
+    /// The ways whose tag is `tag`, one bit each: two vector compares where the CPU has them (every probe and
+    /// claim starts here, 14 times per token counted).
+    #[inline]
+    fn ways(&self, tag: u32) -> u32 {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: SSE2 is part of the x86_64 baseline; the two unaligned 16-byte loads read `self.tag[0..4]`
+        // and `self.tag[4..8]`, inside the array (WAYS is 8).
+        unsafe {
+            use std::arch::x86_64::*;
+            const _: () = assert!(WAYS == 8);
+            let t = _mm_set1_epi32(tag as i32);
+            let p = self.tag.as_ptr().cast::<__m128i>();
+            let lo = _mm_movemask_ps(_mm_castsi128_ps(_mm_cmpeq_epi32(_mm_loadu_si128(p), t)));
+            let hi = _mm_movemask_ps(_mm_castsi128_ps(_mm_cmpeq_epi32(_mm_loadu_si128(p.add(1)), t)));
+            (lo | hi << 4) as u32
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        self.tag.iter().enumerate().fold(0, |m, (i, &t)| m | u32::from(t == tag) << i)
+    }
+}
+
 /// How the live index is sized and what it counts.
 #[derive(Clone, Debug, PartialEq)]
 pub struct LiveConfig {
@@ -188,8 +210,15 @@ impl Live {
     #[inline]
     fn find(&self, kind: EntryKind, n: u8, key: u64) -> Option<&LiveEntry> {
         let (set, tag) = self.locate(kind, n, key);
-        let m = &self.meta[set];
-        (0..WAYS).find(|&i| m.tag[i] == tag && self.slots[set * WAYS + i].is(kind, n, key)).map(|i| &self.slots[set * WAYS + i])
+        let mut ways = self.meta[set].ways(tag);
+        while ways != 0 {
+            let e = &self.slots[set * WAYS + ways.trailing_zeros() as usize];
+            if e.is(kind, n, key) {
+                return Some(e);
+            }
+            ways &= ways - 1;
+        }
+        None
     }
 
     /// The slot for a context, marked seen at `seen`: its own, else an empty one, else the one seen least
@@ -199,25 +228,26 @@ impl Live {
         (&mut self.slots[i], held)
     }
 
-    /// [`Live::slot`] by index: the set's tags and ages are updated, the entry is not read.
+    /// [`Live::slot`] by index: the set's tags and ages are updated, the entry is not read (so a claim costs
+    /// the set's line alone). `held` says the tag matched; the caller checks the entry's key before counting
+    /// into it (two contexts share a set and a 32-bit tag about once in 2^29 claims).
     fn claim(&mut self, kind: EntryKind, n: u8, key: u64, seen: u32) -> (usize, bool) {
         let (set, tag) = self.locate(kind, n, key);
-        let start = set * WAYS;
         let m = &self.meta[set];
-        let (i, held) = match (0..WAYS).find(|&i| m.tag[i] == tag && self.slots[start + i].is(kind, n, key)) {
-            Some(i) => (i, true),
-            None => match m.tag.iter().position(|&t| t == 0) {
-                Some(i) => {
+        let (i, held) = match m.ways(tag) {
+            0 => match m.ways(0) {
+                0 => ((0..WAYS).min_by_key(|&i| m.seen[i]).expect("a set has ways"), false),
+                empty => {
                     self.len += 1;
-                    (i, false)
+                    (empty.trailing_zeros() as usize, false)
                 }
-                None => ((0..WAYS).min_by_key(|&i| m.seen[i]).expect("a set has ways"), false),
             },
+            ways => (ways.trailing_zeros() as usize, true),
         };
         let m = &mut self.meta[set];
         m.tag[i] = tag;
         m.seen[i] = seen;
-        (start + i, held)
+        (set * WAYS + i, held)
     }
 
     /// The keys of the contexts that end `history`, their sets' lines already asked for.
