@@ -157,16 +157,33 @@ def suffix_available() -> bool:
     return True
 
 
+def config(name: str, k_default: int) -> tuple[str, str, dict | None, dict]:
+    """(method, label, speculative config, environment) of a configuration named METHOD[:K]."""
+    method, _, k = name.partition(":")
+    k = int(k) if k else {"ngram": 4, "suffix": 16}.get(method, k_default)
+    kolm = {"method": "custom_class", "model": "kolm_rsd.vllm.Proposer", "num_speculative_tokens": k}
+    known = {
+        "plain": ("plain", None, {}),
+        "ngram": (f"ngram k={k}", {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_max": 4, "prompt_lookup_min": 2}, {}),
+        "suffix": (f"suffix k={k}", {"method": "suffix", "num_speculative_tokens": k}, {}),
+        "kolm-pack": (f"kolm-rsd k={k}, pack", kolm, {}),
+        "kolm": (f"kolm-rsd k={k}, no pack", kolm, {"KOLM_RSD_PACK": "off"}),
+    }
+    if method not in known:
+        sys.exit(f"--configs: unknown method {method!r} (one of {', '.join(known)})")
+    return (method, *known[method])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--model", choices=MODELS, default="smollm2")
     ap.add_argument("--tokens", type=int, default=128)
-    ap.add_argument("--k", type=int, default=8, help="num_speculative_tokens of kolm-rsd (ngram runs at 4, suffix at 16)")
+    ap.add_argument("--k", type=int, default=8, help="num_speculative_tokens of a configuration named without one")
     ap.add_argument("--prompts", type=int, default=6, help="held-out prompts served per workload and concurrency")
     ap.add_argument("--train", type=int, default=12, help="JSON-extraction training prompts the pack is compiled from")
     ap.add_argument("--workloads", default="json-extraction,code-edit,humaneval,mt-bench")
     ap.add_argument("--clients", default="1,8")
-    ap.add_argument("--configs", default="plain,ngram,suffix,kolm-pack,kolm")
+    ap.add_argument("--configs", default="plain,ngram:4,suffix:16,kolm-pack,kolm", help="each METHOD[:K]; a method may run at several K")
     ap.add_argument("--port", type=int, default=8731)
     a = ap.parse_args()
     clients = [int(c) for c in a.clients.split(",")]
@@ -181,17 +198,9 @@ def main() -> None:
         sets[w] = {c: held[i * a.prompts : (i + 1) * a.prompts] for i, c in enumerate(clients)}
     logs = ROOT / "target/vllm-bench"
     logs.mkdir(parents=True, exist_ok=True)
-    kolm = {"method": "custom_class", "model": "kolm_rsd.vllm.Proposer", "num_speculative_tokens": a.k}
-    known = {
-        "plain": ("plain", None, {}),
-        "ngram": ("ngram k=4", {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4, "prompt_lookup_min": 2}, {}),
-        "suffix": ("suffix k=16", {"method": "suffix", "num_speculative_tokens": 16}, {}),
-        "kolm-pack": (f"kolm-rsd k={a.k}, pack", kolm, {}),
-        "kolm": (f"kolm-rsd k={a.k}, no pack", kolm, {"KOLM_RSD_PACK": "off"}),
-    }
-    configs = [known[c] for c in a.configs.split(",") if c != "suffix" or suffix_available()]
+    configs = [c for c in (config(name, a.k) for name in a.configs.split(",")) if c[0] != "suffix" or suffix_available()]
     results = {}
-    for label, spec, env in configs:
+    for _, label, spec, env in configs:
         print(f"serving {label} ...", file=sys.stderr, flush=True)
         results[label] = serve(label.replace(" ", "_").replace(",", "").replace("=", ""), model_dir, spec, env, sets, a.tokens, clients, a.port, logs)
     (logs / "results.json").write_text(json.dumps(results, indent=1))
