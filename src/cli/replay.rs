@@ -6,6 +6,9 @@ use kolm_rsd::draft::control::{BetaModel, DEFAULT_BETA_PRIOR, INVARIANT_DRAFT};
 use kolm_rsd::draft::{Drafter, DrafterConfig};
 use kolm_rsd::llama::{self, Model, ModelOptions};
 use kolm_rsd::replay::{oracle, replay, NgramSimple, Recorded, Replayed};
+use kolm_rsd::live::{Live, LiveConfig};
+use kolm_rsd::pack::MAX_N;
+use kolm_rsd::shape::ShapeTable;
 use kolm_rsd::teacher::Teacher;
 use kolm_rsd::{compile, engine, vocab, workload};
 use std::path::PathBuf;
@@ -29,6 +32,21 @@ pub struct ReplayArgs {
     /// Do not draft from the request's own text.
     #[arg(long)]
     no_context: bool,
+    /// Attach a live index that first learns the recorded answers of this many of the workload's training
+    /// prompts (unmeasured), as a server that had answered them would have it.
+    #[arg(long)]
+    live: Option<usize>,
+    /// Longest literal and shape contexts the live index counts; repeat the flag to replay each (one row each,
+    /// the same recordings).
+    #[arg(long, value_name = "LITERAL,SHAPE", default_value = "8,6", value_parser = context_lengths)]
+    live_n: Vec<(usize, usize)>,
+}
+
+fn context_lengths(v: &str) -> Result<(usize, usize), String> {
+    let bad = || format!("`{v}`: two context lengths in 2..={MAX_N}, as LITERAL,SHAPE");
+    let (l, s) = v.split_once(',').ok_or_else(bad)?;
+    let n = |x: &str| x.trim().parse::<usize>().ok().filter(|n| (2..=MAX_N).contains(n)).ok_or_else(bad);
+    Ok((n(l)?, n(s)?))
 }
 
 pub fn run(a: &ReplayArgs) -> CliResult {
@@ -38,19 +56,21 @@ pub fn run(a: &ReplayArgs) -> CliResult {
         Some(p) => Some(PathBuf::from(p)),
         None => Some(engine::pack_beside(&a.model)).filter(|p| p.exists()),
     };
-    let (_, held) = workload::split(&workload::load(&a.workload)?);
-    let prompts: Vec<Vec<i32>> = held
-        .iter()
-        .take(a.prompts)
-        .map(|p| model.tokenize(&compile::templated(&model, &p.text), true, true))
-        .collect::<Result<_, _>>()?;
-    let longest = prompts.iter().map(Vec::len).max().ok_or_else(|| format!("{}: no held-out prompts", a.workload))?;
-    eprintln!("recording {} greedy continuations of {} tokens …", prompts.len(), a.tokens);
+    let (train, held) = workload::split(&workload::load(&a.workload)?);
+    let tokenize = |p: &workload::Prompt| model.tokenize(&compile::templated(&model, &p.text), true, true);
+    let prompts: Vec<Vec<i32>> = held.iter().take(a.prompts).map(tokenize).collect::<Result<_, _>>()?;
+    let warm: Vec<Vec<i32>> = train.iter().take(a.live.unwrap_or(0)).map(tokenize).collect::<Result<_, _>>()?;
+    if warm.len() < a.live.unwrap_or(0) {
+        return Err(format!("{}: --live {} asks for more training prompts than its {}", a.workload, a.live.unwrap_or(0), warm.len()).into());
+    }
+    let longest = prompts.iter().chain(&warm).map(Vec::len).max().ok_or_else(|| format!("{}: no held-out prompts", a.workload))?;
+    eprintln!("recording {} greedy continuations of {} tokens …", prompts.len() + warm.len(), a.tokens);
     let mut teacher = Teacher::new(&model, 1, longest + a.tokens + 8, 0)?;
-    let runs: Vec<Recorded> = prompts
-        .into_iter()
-        .map(|prompt| Ok(Recorded { output: teacher.greedy(&prompt, a.tokens)?, prompt }))
-        .collect::<Result<_, llama::LlamaError>>()?;
+    let mut record = |prompts: Vec<Vec<i32>>| -> Result<Vec<Recorded>, llama::LlamaError> {
+        prompts.into_iter().map(|prompt| Ok(Recorded { output: teacher.greedy(&prompt, a.tokens)?, prompt })).collect()
+    };
+    let runs = record(prompts)?;
+    let warm = record(warm)?;
 
     let cpu = BetaModel::new(DEFAULT_BETA_PRIOR);
     let clocks: [(&str, &dyn Fn(usize) -> f64); 2] = [
@@ -58,13 +78,14 @@ pub fn run(a: &ReplayArgs) -> CliResult {
         ("free verification (β = 1, a GPU's limit)", &|_| 1.0),
     ];
     println!(
-        "replay: {} on {} ({} held-out prompts × {} tokens), pack {}, request's own text {}",
+        "replay: {} on {} ({} held-out prompts × {} tokens), pack {}, request's own text {}, live index {}",
         a.model.display(),
         a.workload,
         runs.len(),
         a.tokens,
         pack.as_ref().map_or("none".into(), |p| p.display().to_string()),
-        if a.no_context { "off" } else { "on" }
+        if a.no_context { "off" } else { "on" },
+        a.live.map_or("off".into(), |n| format!("learned from {n} training prompts' answers"))
     );
     println!("\n| clock | speedup | tokens per pass | drafted | accepted | α | per prompt |\n|---|---:|---:|---:|---:|---:|---|");
     let vocab = vocab::token_texts(&model);
@@ -83,9 +104,21 @@ pub fn run(a: &ReplayArgs) -> CliResult {
             per.join(" ")
         );
     };
+    // Rows per clock: the drafter without a live index, or with one per --live-n.
+    let shapes = a.live.map(|_| ShapeTable::from_token_texts(&vocab));
+    let lives: Vec<Option<(usize, usize)>> = if a.live.is_some() { a.live_n.iter().copied().map(Some).collect() } else { vec![None] };
     for (name, beta) in clocks {
-        let mut d = Drafter::new(index.clone(), cfg.clone()).with_texts(texts.clone());
-        row(name, replay(&mut d, &runs, INVARIANT_DRAFT, beta, 1e6));
+        for lengths in &lives {
+            let mut d = Drafter::new(index.clone(), cfg.clone()).with_texts(texts.clone());
+            let mut label = name.to_string();
+            if let Some((literal, shape)) = *lengths {
+                let lc = LiveConfig { max_n_literal: literal, max_n_shape: shape, ..LiveConfig::default() };
+                d = d.with_live(Live::new(lc, shapes.clone()));
+                replay(&mut d, &warm, INVARIANT_DRAFT, beta, 1e6);
+                label += &format!(", live contexts up to {literal} literal / {shape} shape");
+            }
+            row(&label, replay(&mut d, &runs, INVARIANT_DRAFT, beta, 1e6));
+        }
         // Upstream verifies its whole m-gram, split into calls as patch 0004 does; the clock prices that.
         let mut baseline = NgramSimple::DEFAULT;
         let n_max = baseline.m;
