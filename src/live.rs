@@ -19,7 +19,7 @@ use crate::shape::ShapeTable;
 
 /// Entries per set. A probe reads the set's [`SetMeta`] (one cache line) and an entry only where a tag
 /// matches, so a miss, and choosing the entry to evict, cost one cache line; a lookup or a feed prefetches
-/// the lines of its 2 to 12 sets together instead of taking one cache miss after another.
+/// the lines of its 2 to 8 sets together instead of taking one cache miss after another.
 const WAYS: usize = 8;
 
 /// What a probe reads first: per way a nonzero tag of its context (0: empty) and the feed tick it was last
@@ -33,7 +33,7 @@ struct SetMeta {
 
 impl SetMeta {
     /// The ways whose tag is `tag`, one bit each: two vector compares where the CPU has them (every probe and
-    /// claim starts here, 14 times per token counted).
+    /// claim starts here).
     #[inline]
     fn ways(&self, tag: u32) -> u32 {
         #[cfg(target_arch = "x86_64")]
