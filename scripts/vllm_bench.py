@@ -160,12 +160,12 @@ def suffix_available() -> bool:
 def config(name: str, k_default: int) -> tuple[str, str, dict | None, dict]:
     """(method, label, speculative config, environment) of a configuration named METHOD[:K]."""
     method, _, k = name.partition(":")
-    k = int(k) if k else {"ngram": 4, "suffix": 16}.get(method, k_default)
+    k = int(k) if k else {"ngram": 4, "suffix": 16, "floor": 2}.get(method, k_default)
     kolm = {"method": "custom_class", "model": "kolm_rsd.vllm.Proposer", "num_speculative_tokens": k}
     known = {
         "plain": ("plain", None, {}),
         # vLLM's speculative path drafting nothing (an n-gram of 64 never matches): what speculation costs before any draft.
-        "floor": ("speculation, no drafts", {"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 64, "prompt_lookup_min": 64}, {}),
+        "floor": (f"speculation k={k}, no drafts", {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_max": 64, "prompt_lookup_min": 64}, {}),
         "ngram": (f"ngram k={k}", {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_max": 4, "prompt_lookup_min": 2}, {}),
         "suffix": (f"suffix k={k}", {"method": "suffix", "num_speculative_tokens": k}, {}),
         "kolm-pack": (f"kolm-rsd k={k}, pack", kolm, {}),
