@@ -19,7 +19,7 @@ use crate::shape::ShapeTable;
 
 /// Entries per set. A probe reads the set's [`SetMeta`] (one cache line) and an entry only where a tag
 /// matches, so a miss, and choosing the entry to evict, cost one cache line; a lookup or a feed prefetches
-/// the lines of its 2 to 8 sets together instead of taking one cache miss after another.
+/// the lines of its 2 to 12 sets together instead of taking one cache miss after another.
 const WAYS: usize = 8;
 
 /// What a probe reads first: per way a nonzero tag of its context (0: empty) and the feed tick it was last
@@ -65,16 +65,16 @@ pub struct LiveConfig {
     pub min_n: usize,
 }
 
-/// 2^18 entries, 12 MiB (40-byte entries and a 64-byte line of tags and ages per set of 8): room for the contexts of some 32,000 answer tokens before anything is evicted.
+/// 2^18 entries, 12 MiB (40-byte entries and a 64-byte line of tags and ages per set of 8): room for the contexts of some 20,000 answer tokens before anything is evicted.
 pub const DEFAULT_CAPACITY: usize = 1 << 18;
 
 impl Default for LiveConfig {
     fn default() -> Self {
-        // 8 contexts a token (literal 2..=6, shape 2..=4) rather than 12 (up to 8 and 6): replayed on recorded
-        // Qwen2.5-Coder-1.5B answers after 24 learned ones, held-out JSON ran 1.329x against 1.335x and code
-        // edits 1.572x against 1.572x at this CPU's verify cost (3.03 against 3.04 and 4.91 against 5.00 with
-        // verification free), and every feed and lookup touches a third fewer sets.
-        LiveConfig { capacity: DEFAULT_CAPACITY, max_n_literal: 6, max_n_shape: 4, min_n: 2 }
+        // Not fewer: literal 2..=6 and shape 2..=4 replayed as fast on recorded Qwen2.5-Coder-1.5B answers (JSON
+        // 1.329x against 1.335x, code edits 1.572x both), but served, a second identical SmolLM2 request whose answer
+        // repeats its own 6-grams (`json_data = json.dumps(json_data)` then `.loads(json_data)`) drafted 55 of 64
+        // tokens instead of 57: shorter contexts cannot tell the repeats apart.
+        LiveConfig { capacity: DEFAULT_CAPACITY, max_n_literal: 8, max_n_shape: 6, min_n: 2 }
     }
 }
 
@@ -501,11 +501,11 @@ pub(crate) mod tests {
 
     #[test]
     fn restore_skips_contexts_longer_than_the_table_counts() {
-        // A file from a build that counted contexts of 8: the 8-token entry is never looked up here, so it is not
-        // loaded to take a slot; the 3-token one is.
-        let (mut long, _) = both(LiveConfig { max_n_literal: 8, ..LiveConfig::default() });
+        // A file from a table that counted contexts of 8 loaded by one that counts up to 6: the longer entries are
+        // never looked up there, so they are not loaded to take a slot; the shorter ones are.
+        let (mut long, _) = both(LiveConfig::default());
         long.feed(&[1, 2, 3, 4, 5, 6, 7, 8], 9);
-        let mut short = Live::new(LiveConfig::default(), Some(table()));
+        let mut short = Live::new(LiveConfig { max_n_literal: 6, max_n_shape: 4, ..LiveConfig::default() }, Some(table()));
         for e in long.entries().copied() {
             short.restore(e);
         }
