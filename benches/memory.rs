@@ -12,6 +12,7 @@ use kolm_rsd::draft::{Drafter, DrafterConfig};
 use kolm_rsd::heap;
 use kolm_rsd::index::Index;
 use kolm_rsd::live::{Live, LiveConfig};
+use kolm_rsd::server::rss_kib;
 use kolm_rsd::shape::ShapeTable;
 
 mod common;
@@ -25,7 +26,7 @@ const EVERY: usize = 1_000;
 const TEMPLATES: usize = 50;
 
 /// A slot's request: its whole token stream (its own prompt, then the answer the target would give) and where
-/// the answer has reached. An answer is one of 50 templates (structure that recurs, as a task's answers share
+/// the answer has reached. An answer is one of [`TEMPLATES`] templates (structure that recurs, as a task's answers share
 /// it) with a tenth of its tokens its own (the values): never an earlier request's answer.
 struct Request {
     tokens: Vec<i32>,
@@ -46,17 +47,6 @@ impl Request {
         }));
         Request { tokens, pos: PROMPT }
     }
-}
-
-/// Resident memory of this process, KiB (Linux; 0 elsewhere).
-fn rss_kib() -> u64 {
-    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
-    let pages: u64 = statm
-        .split_whitespace()
-        .nth(1)
-        .and_then(|p| p.parse().ok())
-        .unwrap_or(0);
-    pages * 4
 }
 
 fn main() {
@@ -89,7 +79,7 @@ fn main() {
             "| {done} | {:.1} ({:.1}) | {:.1} | {} ({}) | {:.1} | {} / {} | {} |",
             heap::live() as f64 / 1048576.0,
             heap::peak() as f64 / 1048576.0,
-            rss_kib() as f64 / 1024.0,
+            rss_kib("self").unwrap_or(0) as f64 / 1024.0,
             l.len(),
             l.capacity(),
             l.bytes() as f64 / 1048576.0,

@@ -198,8 +198,7 @@ impl Server {
 
     /// Resident memory of the server process (VmRSS), KiB.
     pub fn rss_kib(&self) -> Option<u64> {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).ok()?;
-        status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        rss_kib(&self.child.id().to_string())
     }
 
     /// SIGKILL, as a crash or an OOM killer would: no shutdown code of the server or the plugin runs.
@@ -288,6 +287,12 @@ impl Server {
         let v = resp.into_json().map_err(|e| ServerError::Http(e.to_string()))?;
         Ok((status, v))
     }
+}
+
+/// Resident memory (VmRSS, KiB) of process `pid` (`self`: this one), from `/proc` (Linux; None elsewhere).
+pub fn rss_kib(pid: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
 }
 
 /// The kolm-rsd plugin's shutdown summary line in a llama-server log ("" when absent; it is written when
