@@ -225,14 +225,8 @@ impl Live {
         None
     }
 
-    /// The slot for a context, marked seen at `seen`: its own, else an empty one, else the one seen least
-    /// recently (evicted).
-    fn slot(&mut self, kind: EntryKind, n: u8, key: u64, seen: u32) -> (&mut LiveEntry, bool) {
-        let (i, held) = self.claim(kind, n, key, seen);
-        (&mut self.slots[i], held)
-    }
-
-    /// [`Live::slot`] by index: the set's tags and ages are updated, the entry is not read (so a claim costs
+    /// The slot (an index) for a context, marked seen at `seen`: its own, else an empty one, else the one seen least
+    /// recently (evicted). The set's tags and ages are updated, the entry is not read (so a claim costs
     /// the set's line alone). `held` says the tag matched; the caller checks the entry's key before counting
     /// into it (two contexts share a set and a 32-bit tag about once in 2^29 claims).
     fn claim(&mut self, kind: EntryKind, n: u8, key: u64, seen: u32) -> (usize, bool) {
@@ -327,7 +321,8 @@ impl Live {
         if self.find(e.kind, e.n, e.key).is_some_and(|held| held.seen > e.seen) {
             return;
         }
-        *self.slot(e.kind, e.n, e.key, e.seen).0 = e;
+        let (at, _) = self.claim(e.kind, e.n, e.key, e.seen);
+        self.slots[at] = e;
     }
 }
 

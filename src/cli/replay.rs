@@ -59,9 +59,10 @@ pub fn run(a: &ReplayArgs) -> CliResult {
     let (train, held) = workload::split(&workload::load(&a.workload)?);
     let tokenize = |p: &workload::Prompt| model.tokenize(&compile::templated(&model, &p.text), true, true);
     let prompts: Vec<Vec<i32>> = held.iter().take(a.prompts).map(tokenize).collect::<Result<_, _>>()?;
-    let warm: Vec<Vec<i32>> = train.iter().take(a.live.unwrap_or(0)).map(tokenize).collect::<Result<_, _>>()?;
-    if warm.len() < a.live.unwrap_or(0) {
-        return Err(format!("{}: --live {} asks for more training prompts than its {}", a.workload, a.live.unwrap_or(0), warm.len()).into());
+    let n_warm = a.live.unwrap_or(0);
+    let warm: Vec<Vec<i32>> = train.iter().take(n_warm).map(tokenize).collect::<Result<_, _>>()?;
+    if warm.len() < n_warm {
+        return Err(format!("{}: --live {n_warm} asks for more training prompts than its {}", a.workload, warm.len()).into());
     }
     let longest = prompts.iter().chain(&warm).map(Vec::len).max().ok_or_else(|| format!("{}: no held-out prompts", a.workload))?;
     eprintln!("recording {} greedy continuations of {} tokens …", prompts.len() + warm.len(), a.tokens);
