@@ -54,7 +54,7 @@ enum Cmd {
     Demo(demo::DemoArgs),
     /// Benchmark kolm-rsd against llama.cpp's own drafters side by side, with the ceiling (issue 5).
     Bench(bench::BenchArgs),
-    /// The drafter on recorded greedy continuations, with this CPU's verify cost and with free verification.
+    /// The drafter on recorded greedy continuations, with this CPU's verify cost, vLLM's on this CPU and free verification.
     Replay(replay::ReplayArgs),
     /// The reliability harness: load and hostile requests, memory over many requests, kill -9 (docs/reliability.md).
     #[command(subcommand)]

@@ -1,5 +1,5 @@
 //! `kolm-rsd replay`: the drafter on recorded greedy continuations of held-out prompts, with this CPU's
-//! verify cost and with free verification as the clock (src/replay.rs says why).
+//! verify cost, vLLM's on this CPU and free verification as the clock (src/replay.rs says why).
 
 use super::CliResult;
 use kolm_rsd::draft::control::{BetaModel, DEFAULT_BETA_PRIOR, INVARIANT_DRAFT};
@@ -74,8 +74,9 @@ pub fn run(a: &ReplayArgs) -> CliResult {
     let warm = record(warm)?;
 
     let cpu = BetaModel::new(DEFAULT_BETA_PRIOR);
-    let clocks: [(&str, &dyn Fn(usize) -> f64); 2] = [
+    let clocks: [(&str, &dyn Fn(usize) -> f64); 3] = [
         ("this CPU (β prior: Qwen2.5-Coder-1.5B, 2 cores)", &|m| cpu.beta(m)),
+        ("vLLM on this CPU (β(m) = 1 + 0.016 (m − 1), measured for Qwen2.5-Coder-0.5B)", &|m| 1.0 + 0.016 * (m as f64 - 1.0)),
         ("free verification (β = 1, a GPU's limit)", &|_| 1.0),
     ];
     println!(
