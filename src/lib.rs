@@ -6,7 +6,7 @@
 //! safe layer), `vocab` (a model's token texts and tokenizer fingerprint), `teacher` (sampling runs),
 //! `compile`, `engine` (what the C ABI drives), `ffi` (the C ABI and plugin entry points), `server` (a
 //! real llama-server over HTTP), `load` (concurrent clients against it), `stress` (the reliability
-//! harness), `fetch`, `workload`. `heap` counts this library's own memory.
+//! harness), `fetch`, `workload`. `heap` counts this library's own memory; `quantile` is every report's median and p99.
 
 pub mod align;
 pub mod bench;
@@ -25,6 +25,7 @@ pub mod llama;
 pub mod load;
 pub mod misslog;
 pub mod pack;
+pub mod quantile;
 pub mod replay;
 pub mod server;
 pub mod shape;

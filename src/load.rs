@@ -182,32 +182,11 @@ fn read_stream(resp: ureq::Response, limit: usize) -> Outcome {
     Outcome::Failed(format!("stream ended after {events} events without its last one"))
 }
 
-/// The `q`-quantile (0..=1) of `xs`, nearest rank; 0 for none.
-pub fn quantile(xs: &[f64], q: f64) -> f64 {
-    if xs.is_empty() {
-        return 0.0;
-    }
-    let mut v = xs.to_vec();
-    v.sort_by(f64::total_cmp);
-    let rank = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len());
-    v[rank - 1]
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::io::{Read, Write};
     use std::net::TcpListener;
-
-    #[test]
-    fn quantiles_by_nearest_rank() {
-        let xs: Vec<f64> = (1..=100).map(f64::from).collect();
-        assert_eq!(quantile(&xs, 0.5), 50.0);
-        assert_eq!(quantile(&xs, 0.99), 99.0);
-        assert_eq!(quantile(&xs, 1.0), 100.0);
-        assert_eq!(quantile(&[3.0], 0.99), 3.0);
-        assert_eq!(quantile(&[], 0.5), 0.0);
-    }
 
     /// A one-shot HTTP server on loopback that answers every connection with `reply`.
     fn serve(reply: &'static str, connections: usize) -> u16 {

@@ -8,7 +8,8 @@ pub mod crash;
 pub mod soak;
 
 use crate::load::served::{self, content, Key, Side};
-use crate::load::{self, Kind, Limits, Outcome, Request};
+use crate::load::{Kind, Limits, Outcome, Request};
+use crate::quantile;
 use crate::server::{plugin_summary, Server, ServerOptions};
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -189,8 +190,8 @@ pub fn markdown(rep: &StressReport, o: &StressOptions) -> String {
             same + differ.len(),
             side.tok_per_s(),
             side.tok_per_s() / base.max(1e-9),
-            load::quantile(&lat, 0.5),
-            load::quantile(&lat, 0.99),
+            quantile::quantile(&lat, 0.5),
+            quantile::quantile(&lat, 0.99),
             if side.healthy { "yes" } else { "**no**" },
             side.rss_kib.map_or("?".into(), |k| format!("{:.0}", k as f64 / 1024.0)),
         );

@@ -7,7 +7,8 @@
 
 use crate::draft::model::{ModelDraftConfig, ModelDrafter};
 use crate::draft::TokenSource;
-use super::timing::{filler_tokens, median, Steps};
+use super::timing::{filler_tokens, Steps};
+use crate::quantile::median;
 use crate::llama::{LlamaError, Model};
 use serde::{Deserialize, Serialize};
 use std::time::Instant;
@@ -146,7 +147,7 @@ pub fn model_draft_step_ms(cfg: &ModelDraftConfig, n_past: usize, reps: usize) -
         }
         hist.push(t);
     }
-    Ok(median(&mut times))
+    Ok(median(&times))
 }
 
 #[cfg(test)]

@@ -295,7 +295,7 @@ fn row(sides: &[Side], requests: &[Request], alone: &std::collections::HashMap<s
         .into_iter()
         .map(|l| {
             let xs: Vec<f64> = records().filter(|r| requests[r.request].label == l && matches!(r.outcome, Outcome::Done { .. })).map(|r| r.secs).collect();
-            (l.to_string(), crate::load::quantile(&xs, 0.5))
+            (l.to_string(), crate::quantile::quantile(&xs, 0.5))
         })
         .collect();
     // The tokens summed above over the rounds' wall time: what `pooled_rate` gives, without a second pass.
@@ -313,8 +313,8 @@ fn row(sides: &[Side], requests: &[Request], alone: &std::collections::HashMap<s
         wall_s,
         tok_per_s: rate,
         speedup: rate / base.max(1e-9),
-        p50_s: crate::load::quantile(&lat, 0.5),
-        p99_s: crate::load::quantile(&lat, 0.99),
+        p50_s: crate::quantile::quantile(&lat, 0.5),
+        p99_s: crate::quantile::quantile(&lat, 0.99),
         p50_by_label,
         drafted,
         accepted,

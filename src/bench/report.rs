@@ -5,6 +5,7 @@
 use super::ceiling::{BetaTable, Ceiling};
 use super::config::ConfigKind;
 use super::run::{ConfigRun, RequestRecord, RoundRecord};
+use crate::quantile::median;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -59,15 +60,6 @@ pub struct Reference {
     pub throughput: f64,
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
-}
-
 fn ratio(a: f64, b: f64) -> f64 {
     if b > 0.0 {
         a / b
@@ -107,7 +99,7 @@ pub fn summarize(requests: &[RequestRecord], rounds: &[RoundRecord], refr: &Refe
         tokens,
         decode_ms: requests.iter().map(|r| r.predicted_ms).sum(),
         tok_s: own.tok_s,
-        median_request_tok_s: median(requests.iter().map(|r| r.predicted_per_second).collect()),
+        median_request_tok_s: median(&requests.iter().map(|r| r.predicted_per_second).collect::<Vec<_>>()),
         speedup: ratio(own.tok_s, refr.tok_s),
         wall_tok_s: own.wall_tok_s,
         wall_speedup: ratio(own.wall_tok_s, refr.wall_tok_s),

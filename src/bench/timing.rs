@@ -3,6 +3,7 @@
 
 use crate::draft::step::calls;
 use crate::llama::{Batch, Context, ContextOptions, LlamaError, Model};
+use crate::quantile::median;
 use std::time::Instant;
 
 /// A context of `slots` sequences (a KV stream each, as llama-server with `-np`), each holding the same
@@ -65,7 +66,7 @@ impl<'m> Steps<'m> {
                 }
             }
         }
-        Ok(times.iter_mut().map(|v| median(v)).collect())
+        Ok(times.iter().map(|v| median(v)).collect())
     }
 
     /// One step of `shape`: each decode call, then its last logits (which waits for the backend).
@@ -106,7 +107,7 @@ impl<'m> Steps<'m> {
                 v.push(t0.elapsed().as_secs_f64() * 1e3);
             }
         }
-        Ok(median(&mut v))
+        Ok(median(&v))
     }
 }
 
@@ -118,15 +119,3 @@ pub(super) fn filler_tokens(model: &Model, n: usize) -> Result<Vec<i32>, LlamaEr
     Ok(seed.iter().copied().cycle().take(n).collect())
 }
 
-pub(super) fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n == 0 {
-        return f64::NAN;
-    }
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}

@@ -6,6 +6,7 @@ use kolm_rsd::compile::templated;
 use kolm_rsd::head::{certify, exact_dot, needs_full_head, principal_directions, top2, HeadDevice, HeadInfo, HeadOptions, HeadRows, ProjectedBound, SubsetHead};
 use kolm_rsd::llama::{argmax, Model, ModelOptions, Token};
 use kolm_rsd::pack::write_atomic;
+use kolm_rsd::quantile::{median, quantile};
 use kolm_rsd::vocab;
 use kolm_rsd::shortlist::{always_tokens, rank_of, score_positions, top_ids, Coverage, Histogram, Method, Shortlist, COVERAGE_KS};
 use kolm_rsd::teacher::Teacher;
@@ -233,15 +234,6 @@ fn pct(x: f64) -> String {
 }
 
 /// The value at quantile q (0..=1) of v, nearest rank.
-fn quantile(mut v: Vec<f64>, q: f64) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    v[((v.len() - 1) as f64 * q).round() as usize]
-}
-
-fn median(v: Vec<f64>) -> f64 {
-    quantile(v, 0.5)
-}
-
 /// Where the held-out positions split in two folds for the certificate's directions: the text boundary
 /// nearest the middle (the middle itself when there is one text), so each fold is certified with
 /// directions fitted on the other and no position on directions fitted on itself.
@@ -375,9 +367,9 @@ fn report(a: &ReportArgs) -> CliResult {
         folds[1].len(),
         a.slack,
         pct(dims as f64 / n_embd as f64),
-        median(rho_share.clone()),
-        quantile(rho_share.clone(), 0.1),
-        quantile(rho_share, 0.9)
+        median(&rho_share),
+        quantile(&rho_share, 0.1),
+        quantile(&rho_share, 0.9)
     );
     let mut max_diff_all = 0f32;
     for &ps in &a.parity_sizes {
@@ -452,7 +444,7 @@ fn report(a: &ReportArgs) -> CliResult {
             pct(by_bound as f64 / np),
             pct(certified as f64 / np),
             pct(mean_open),
-            pct(quantile(open_share, 0.99)),
+            pct(quantile(&open_share, 0.99)),
             pct(dims as f64 / n_embd as f64 + mean_open),
             if certified > 0 { pct(cert_ok as f64 / certified as f64) } else { "—".into() },
             pct(plain_ok as f64 / np)
@@ -496,10 +488,10 @@ fn report(a: &ReportArgs) -> CliResult {
             ts[j].push(t.elapsed().as_secs_f64());
         }
     }
-    let mf = median(tf);
+    let mf = median(&tf);
     md += &format!("| {n_vocab} (full) | {:.3} ms | 1.00× |\n", mf * 1e3);
     for (j, (n, _)) in subs.iter().enumerate() {
-        let m = median(ts[j].clone());
+        let m = median(&ts[j]);
         md += &format!("| {n} | {:.3} ms | {:.2}× faster |\n", m * 1e3, mf / m);
     }
     md += &format!("\nLargest |subset logit − llama.cpp logit| over all checked positions and rows: {max_diff_all:.4}.\n");
