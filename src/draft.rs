@@ -189,6 +189,9 @@ impl Drafter {
         for other in &mut self.seqs {
             other.last_ns = None;
         }
+        if let Some(g) = &mut self.gate {
+            g.prompt();
+        }
     }
 
     /// The request just begun on `seq` comes with a predicted output (`tokens`): copies of it are drafted
@@ -225,11 +228,11 @@ impl Drafter {
         };
         s.stats.calls += 1;
         // The gate's "off" windows draft nothing (and ask the draft model nothing); misses are still found.
+        let new_step = self.rounds.enter(seq);
         let gated = self.gate.as_mut().is_some_and(|g| {
-            g.call(now_ns);
+            g.call(now_ns, new_step);
             g.arm() == Arm::Off
         });
-        self.rounds.enter(seq);
         if let Some(prev) = s.last_ns {
             // The interval since this sequence's last call is one decode of the last step's tokens.
             self.beta.observe_step(self.rounds.last(), now_ns.saturating_sub(prev));

@@ -8,14 +8,18 @@
 //! first, then after twice as many each time the re-measurement confirms the choice (up to
 //! [`GateConfig::explore_max`]), back to the shortest interval when it overturns it. A steady choice so pays
 //! for its check about one window in `explore_max`, not one in `explore_every`. A pause (no request, a long
-//! prompt) is cut out of the window it falls in: it is no arm's cost.
+//! prompt) is cut out of the window it falls in: it is no arm's cost. So is a server step that decoded a
+//! prompt beside the other slots' tokens ([`Gate::prompt`]): at `-np 4` prompts were 54% of the wall time, and
+//! whether a window held one or two of them decided its rate more than drafting did.
 //!
 //! A re-measurement of the losing arm is what the gate costs, and when the arms are far apart it needs few
 //! calls: the decision only turns on a difference of [`GateConfig::margin`]. Drafting at 5.7 tokens a step (code
 //! edits, verification nearly free as in vLLM on this CPU) made a window of 48 plain steps the single largest
 //! cost of a six-request replay (5.25× against 7.81× with no gate). So the losing arm is re-measured in a short
-//! window ([`GateConfig::short_window`] calls) when the last comparison found the arms [`GateConfig::far`] apart,
-//! and before drafting was ever switched off, when the drafting windows made that many tokens per call.
+//! window ([`GateConfig::short_window`] server steps) when the last comparison found the arms [`GateConfig::far`]
+//! apart, and before drafting was ever switched off, when the drafting windows made that many tokens per call.
+//! Steps, not calls: with several slots a step is several calls, and a window of a few steps is mostly whether
+//! a prompt was decoded in it (served at `-np 4`, windows of 12 calls flipped the gate 59 times in 59 windows).
 //!
 //! The running arm's rate is a decayed average of its recent windows. The other arm's rate dates from its last
 //! run, often on other text (drafting pays on a JSON skeleton, not in a free-text value), so a re-measurement
@@ -40,7 +44,7 @@ pub struct GateConfig {
     /// noise does not keep a loser on.
     pub margin: f64,
     /// Arms this many times apart (rates, or tokens per call while drafting before the other was measured) are
-    /// re-measured in windows of `short_window` calls.
+    /// re-measured in windows of `short_window` server steps (at most `window` calls).
     pub far: f64,
     pub short_window: u32,
 }
@@ -76,11 +80,17 @@ pub struct Gate {
     last_ns: u64,
     calls: u32,
     tokens: u64,
-    /// Calls in the current window.
-    len: u32,
+    /// Server steps begun in the current window, and whether it is a short one.
+    steps: u32,
+    short: bool,
+    /// A prompt was decoded since the last call, and the current step is cut out of the window.
+    prompt: bool,
+    cut: bool,
+    /// Drafted tokens kept since the last call: the decode before it produced them.
+    kept: u64,
     /// Tokens per call of the last drafting window.
     on_per_call: f64,
-    /// Windows run with each arm, and pauses cut out of them.
+    /// Windows run with each arm, and pauses (and steps that decoded a prompt) cut out of them.
     pub ran: [u64; 2],
     pub pauses: u64,
 }
@@ -88,7 +98,6 @@ pub struct Gate {
 impl Gate {
     pub fn new(cfg: GateConfig) -> Gate {
         let explore_every = cfg.explore_every.max(1);
-        let len = cfg.window;
         Gate {
             cfg,
             arm: Arm::On,
@@ -101,7 +110,11 @@ impl Gate {
             last_ns: 0,
             calls: 0,
             tokens: 0,
-            len,
+            steps: 0,
+            short: false,
+            prompt: false,
+            cut: false,
+            kept: 0,
             on_per_call: 0.0,
             ran: [0, 0],
             pauses: 0,
@@ -118,24 +131,34 @@ impl Gate {
         self.rate
     }
 
-    /// A `propose` call at `now_ns`: the sequence produced one token (the one just sampled). Closes the window
-    /// when it is full and picks the next window's arm.
-    pub fn call(&mut self, now_ns: u64) {
+    /// A `propose` call at `now_ns`, the first of a server step if `new_step`: the sequence produced one token
+    /// (the one just sampled). Closes the window when it is full and picks the next window's arm.
+    pub fn call(&mut self, now_ns: u64, new_step: bool) {
         let Some(start) = self.start_ns else {
             self.restart(now_ns);
             return;
         };
         let gap = now_ns.saturating_sub(self.last_ns);
         self.last_ns = now_ns;
-        if gap > self.cfg.idle_ns {
-            // The pause and the token after it leave the window; what it measured so far stays.
+        let kept = std::mem::take(&mut self.kept);
+        if new_step {
+            self.cut = false;
+        }
+        if gap > self.cfg.idle_ns || std::mem::take(&mut self.prompt) {
             self.pauses += 1;
+            self.cut = true;
+        }
+        if self.cut {
+            // The pause (or the step that decoded a prompt) leaves the window with its tokens; what the window
+            // measured so far stays.
             self.start_ns = Some(start + gap);
             return;
         }
         self.calls += 1;
-        self.tokens += 1;
-        if self.calls < self.len {
+        self.tokens += 1 + kept;
+        self.steps += u32::from(new_step);
+        let full = self.calls >= self.cfg.window || (self.short && self.steps >= self.cfg.short_window.max(1));
+        if !full {
             return;
         }
         let secs = now_ns.saturating_sub(start) as f64 * 1e-9;
@@ -156,7 +179,7 @@ impl Gate {
         self.arm = self.next_arm();
         // The arm that is not the best (or the off arm, never measured yet) is being re-measured.
         let exploring = self.best.map_or(self.arm == Arm::Off, |b| b != self.arm);
-        self.len = if exploring && self.far_apart() { self.cfg.short_window.max(1) } else { self.cfg.window };
+        self.short = exploring && self.far_apart();
         self.restart(now_ns);
     }
 
@@ -170,11 +193,15 @@ impl Gate {
         }
     }
 
-    /// Drafted tokens the target kept: produced in this window too.
+    /// A request's prompt was just decoded, in the step the next call follows (llama-server and vLLM begin a
+    /// request right after the decode that evaluated its prompt).
+    pub fn prompt(&mut self) {
+        self.prompt = true;
+    }
+
+    /// Drafted tokens the target kept, counted with the next call (whose interval produced them).
     pub fn accepted(&mut self, n: usize) {
-        if self.start_ns.is_some() {
-            self.tokens += n as u64;
-        }
+        self.kept += n as u64;
     }
 
     fn restart(&mut self, now_ns: u64) {
@@ -182,6 +209,7 @@ impl Gate {
         self.last_ns = now_ns;
         self.calls = 0;
         self.tokens = 0;
+        self.steps = 0;
     }
 
     /// The interval between re-measurements of the other arm now.
@@ -225,9 +253,14 @@ impl Gate {
 mod tests {
     use super::*;
 
-    /// Runs `windows` windows of a server where one step takes `step_ns` and yields `on_tokens(window)` tokens
-    /// per call when drafting, 1 when not; returns the gate and the calls made with each arm.
+    /// Runs `windows` windows of a server of one slot where one step takes `step_ns` and yields `on_tokens(window)`
+    /// tokens per call when drafting, 1 when not; returns the gate and the calls made with each arm.
     fn run(on_tokens: impl Fn(usize) -> f64, on_step_ns: u64, off_step_ns: u64, windows: usize) -> (Gate, [u64; 2]) {
+        run_slots(1, on_tokens, on_step_ns, off_step_ns, windows)
+    }
+
+    /// The same with `slots` calls a step (each call `step_ns / slots` after the last).
+    fn run_slots(slots: u64, on_tokens: impl Fn(usize) -> f64, on_step_ns: u64, off_step_ns: u64, windows: usize) -> (Gate, [u64; 2]) {
         let cfg = GateConfig { window: 10, explore_every: 4, explore_max: 32, short_window: 3, ..GateConfig::default() };
         let mut g = Gate::new(cfg);
         let mut now = 0u64;
@@ -236,8 +269,8 @@ mod tests {
         for call in 0..windows * 10 + 1 {
             let drafting = g.arm() == Arm::On;
             calls[g.arm() as usize] += 1;
-            now += if drafting { on_step_ns } else { off_step_ns };
-            g.call(now);
+            now += if drafting { on_step_ns } else { off_step_ns } / slots;
+            g.call(now, (call as u64).is_multiple_of(slots));
             if drafting {
                 carry += on_tokens(call / 10) - 1.0;
                 let whole = carry.floor();
@@ -302,17 +335,37 @@ mod tests {
     fn a_pause_is_cut_out_of_its_window() {
         let mut g = Gate::new(GateConfig { window: 4, ..GateConfig::default() });
         for t in [0, 10, 20] {
-            g.call(t * 1_000_000);
+            g.call(t * 1_000_000, true);
         }
-        g.call(2_000_000_000);
+        g.call(2_000_000_000, true);
         assert_eq!((g.pauses, g.ran), (1, [0, 0]));
         for t in [2_010, 2_020] {
-            g.call(t * 1_000_000);
+            g.call(t * 1_000_000, true);
         }
         assert_eq!(g.ran, [1, 0], "the calls before the pause count with those after it");
         let on = g.rates()[0].unwrap();
         assert!((on - 100.0).abs() < 1e-6, "4 tokens in 40 ms of calls, the 1.98 s pause left out: {on}");
         assert_eq!(g.arm(), Arm::Off, "the unmeasured arm is measured next");
+    }
+
+    #[test]
+    fn a_step_that_decoded_a_prompt_is_cut_out_of_its_window() {
+        // Two slots, a step every 10 ms, but the step after a prompt took 300 ms (not a pause): it and the
+        // calls in it leave the window, kept drafts included.
+        let mut g = Gate::new(GateConfig { window: 4, ..GateConfig::default() });
+        let ms = 1_000_000;
+        for (t, new_step) in [(0, true), (0, false), (10, true), (10, false)] {
+            g.call(t * ms, new_step);
+        }
+        g.accepted(5);
+        g.prompt();
+        g.call(310 * ms, true);
+        g.call(310 * ms, false);
+        assert_eq!((g.pauses, g.ran), (1, [0, 0]));
+        g.call(320 * ms, true);
+        assert_eq!(g.ran, [1, 0]);
+        let on = g.rates()[0].unwrap();
+        assert!((on - 200.0).abs() < 1e-6, "4 tokens in 20 ms of steps, the prompt's step left out: {on}");
     }
 
     #[test]
@@ -322,6 +375,14 @@ mod tests {
         let (g, calls) = run(|_| 5.0, 11_000_000, 10_000_000, 200);
         assert!(g.ran[1] >= 3, "{:?}", g.ran);
         assert!((3 * g.ran[1]..3 * g.ran[1] + 3).contains(&calls[1]), "off windows of 3 calls: {calls:?} {:?}", g.ran);
+    }
+
+    #[test]
+    fn with_several_slots_a_short_window_is_counted_in_steps() {
+        // The same drafting with 4 slots: 3 steps are 12 calls, more than a whole window of 10, which it stays.
+        let (g, calls) = run_slots(4, |_| 5.0, 11_000_000, 10_000_000, 200);
+        assert!(g.ran[1] >= 3, "{:?}", g.ran);
+        assert!((10 * g.ran[1]..10 * g.ran[1] + 10).contains(&calls[1]), "off windows of 10 calls: {calls:?} {:?}", g.ran);
     }
 
     #[test]

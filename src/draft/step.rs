@@ -140,9 +140,11 @@ impl Rounds {
         }
     }
 
-    /// `seq` is asked for a draft: a step has ended if it was asked in the current one already.
-    pub(super) fn enter(&mut self, seq: usize) {
-        if self.now[seq] {
+    /// `seq` is asked for a draft: a step has ended if it was asked in the current one already. Returns whether
+    /// a step ended (this call is the first of a new one).
+    pub(super) fn enter(&mut self, seq: usize) -> bool {
+        let ended = self.now[seq];
+        if ended {
             for j in 0..self.now.len() {
                 self.last[j] = if self.now[j] { self.tokens[j] } else { 0 };
             }
@@ -158,6 +160,7 @@ impl Rounds {
                 self.view_expected += self.expected[j];
             }
         }
+        ended
     }
 
     /// What the sequence last [`enter`](Self::enter)ed shares its step with.
