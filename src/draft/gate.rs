@@ -145,7 +145,9 @@ impl Gate {
         if new_step {
             self.cut = false;
         }
-        if gap > self.cfg.idle_ns || std::mem::take(&mut self.prompt) {
+        // Both causes are consumed here: a prompt decoded during a pause must not cut the next step as well.
+        let prompt = std::mem::take(&mut self.prompt);
+        if gap > self.cfg.idle_ns || prompt {
             self.pauses += 1;
             self.cut = true;
         }
@@ -367,6 +369,19 @@ mod tests {
         assert_eq!(g.ran, [1, 0]);
         let on = g.rates()[0].unwrap();
         assert!((on - 200.0).abs() < 1e-6, "4 tokens in 20 ms of steps, the prompt's step left out: {on}");
+    }
+
+    #[test]
+    fn a_prompt_decoded_during_a_pause_cuts_that_step_alone() {
+        let mut g = Gate::new(GateConfig { window: 2, ..GateConfig::default() });
+        let ms = 1_000_000;
+        g.call(0, true);
+        g.prompt();
+        g.call(1_000 * ms, true);
+        assert_eq!(g.pauses, 1);
+        g.call(1_010 * ms, true);
+        g.call(1_020 * ms, true);
+        assert_eq!((g.pauses, g.ran), (1, [1, 0]), "the two steps after the pause both count");
     }
 
     #[test]
