@@ -158,7 +158,9 @@ def suffix_available() -> bool:
 
 
 def config(name: str, k_default: int) -> tuple[str, str, dict | None, dict]:
-    """(method, label, speculative config, environment) of a configuration named METHOD[:K]."""
+    """(method, label, speculative config, environment) of a configuration named METHOD[:K][/GAIN] (GAIN: kolm-rsd's
+    margin in steps shared with other requests, KOLM_RSD_SHARED_GAIN)."""
+    name, _, gain = name.partition("/")
     method, _, k = name.partition(":")
     k = int(k) if k else {"ngram": 4, "suffix": 16, "floor": 2}.get(method, k_default)
     kolm = {"method": "custom_class", "model": "kolm_rsd.vllm.Proposer", "num_speculative_tokens": k}
@@ -173,7 +175,12 @@ def config(name: str, k_default: int) -> tuple[str, str, dict | None, dict]:
     }
     if method not in known:
         sys.exit(f"--configs: unknown method {method!r} (one of {', '.join(known)})")
-    return (method, *known[method])
+    label, spec, env = known[method]
+    if gain:
+        if not method.startswith("kolm"):
+            sys.exit(f"--configs: {name}/{gain}: a shared-step margin is kolm-rsd's alone")
+        label, env = f"{label}, shared gain {gain}", {**env, "KOLM_RSD_SHARED_GAIN": gain}
+    return method, label, spec, env
 
 
 def main() -> None:
@@ -185,7 +192,7 @@ def main() -> None:
     ap.add_argument("--train", type=int, default=12, help="JSON-extraction training prompts the pack is compiled from")
     ap.add_argument("--workloads", default="json-extraction,code-edit,humaneval,mt-bench")
     ap.add_argument("--clients", default="1,8")
-    ap.add_argument("--configs", default="plain,ngram:4,suffix:16,kolm-pack,kolm", help="each METHOD[:K]; a method may run at several K")
+    ap.add_argument("--configs", default="plain,ngram:4,suffix:16,kolm-pack,kolm", help="each METHOD[:K][/GAIN]; a method may run at several K")
     ap.add_argument("--port", type=int, default=8731)
     a = ap.parse_args()
     clients = [int(c) for c in a.clients.split(",")]

@@ -94,6 +94,7 @@ class Drafter:
         n_seq: int = 1,
         n_max: int = ...,
         adaptive: bool = True,
+        shared_gain: float | None = None,
         context: bool = True,
         live: bool = True,
         miss_log: StrPath | None = None,
@@ -104,6 +105,8 @@ class Drafter:
         ``control_tokens`` are never proposed by a copy of the prompt (chat-template markers, end of
         turn). ``pack`` is checked against the texts' fingerprint (:class:`TokenizerMismatchError`).
         ``adaptive=False`` turns the break-even control off (drafts whatever the evidence gives);
+        ``shared_gain`` is the margin over a plain step a draft must promise when other sequences share the
+        verify call (the plugin's ``shared_gain=``; None: its default, 0.25);
         ``context=False`` drafts from the pack alone; ``live=False`` turns off the live index (recipes learned
         from the answers this drafter has seen, in memory); ``miss_log`` collects what no recipe predicted.
         """

@@ -44,7 +44,7 @@ impl Drafter {
     /// as bytes or str) are `token_texts`, in id order. `control_tokens`: ids a copy of the prompt must never
     /// propose (chat-template markers, end of turn). `pack` is checked against the texts' fingerprint.
     #[new]
-    #[pyo3(signature = (token_texts, *, pack=None, control_tokens=None, n_seq=1, n_max=MAX_DRAFT, adaptive=true, context=true, live=true, miss_log=None, miss_log_cap=MISS_LOG_CAP))]
+    #[pyo3(signature = (token_texts, *, pack=None, control_tokens=None, n_seq=1, n_max=MAX_DRAFT, adaptive=true, shared_gain=None, context=true, live=true, miss_log=None, miss_log_cap=MISS_LOG_CAP))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -54,6 +54,7 @@ impl Drafter {
         n_seq: usize,
         n_max: usize,
         adaptive: bool,
+        shared_gain: Option<f64>,
         context: bool,
         live: bool,
         miss_log: Option<PathBuf>,
@@ -62,10 +63,15 @@ impl Drafter {
         if n_seq == 0 {
             return Err(PyValueError::new_err("n_seq must be at least 1"));
         }
+        let shared_gain = match shared_gain {
+            None => EngineConfig::default().shared_gain,
+            Some(g) if (0.0..=10.0).contains(&g) => g,
+            Some(g) => return Err(PyValueError::new_err(format!("shared_gain={g} is not a number in 0..=10"))),
+        };
         let texts = self::token_texts(token_texts)?;
         let control: HashSet<i32> = control_tokens.unwrap_or_default().into_iter().collect();
         let live = if live { LiveChoice::Memory } else { LiveChoice::Off };
-        let cfg = EngineConfig { n_seq, n_max, adaptive, use_context: context, live, pack, miss_log, miss_log_cap, ..EngineConfig::default() };
+        let cfg = EngineConfig { n_seq, n_max, adaptive, shared_gain, use_context: context, live, pack, miss_log, miss_log_cap, ..EngineConfig::default() };
         let engine = py.detach(|| Engine::from_texts(&views(&texts), |t| control.contains(&t), cfg)).map_err(engine_error)?;
         Ok(Drafter::wrap(engine))
     }

@@ -92,6 +92,17 @@ def test_a_pack_for_another_tokenizer_stops_the_proposer(model_dir, vocab):
         Proposer(config(model_dir), vocab=(other, control))
 
 
+def test_the_shared_step_margin_comes_from_the_environment_and_is_checked(model_dir, vocab, monkeypatch):
+    monkeypatch.setenv("KOLM_RSD_SHARED_GAIN", "0.05")
+    Proposer(config(model_dir), vocab=vocab)
+    monkeypatch.setenv("KOLM_RSD_SHARED_GAIN", "lots")
+    with pytest.raises(ValueError, match="KOLM_RSD_SHARED_GAIN='lots'"):
+        Proposer(config(model_dir), vocab=vocab)
+    monkeypatch.setenv("KOLM_RSD_SHARED_GAIN", "11")
+    with pytest.raises(ValueError, match="shared_gain=11"):
+        Proposer(config(model_dir), vocab=vocab)
+
+
 def test_drafts_for_every_row_learn_acceptance_and_follow_rows_that_move(model_dir, vocab, monkeypatch):
     monkeypatch.delenv("KOLM_RSD_PACK", raising=False)
     texts, control = vocab
