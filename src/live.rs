@@ -4,106 +4,63 @@
 //! drafts from that one's answer without a compiled pack. The drafter consults it where the pack has no
 //! recipe; verification stays the target's, so it changes no output.
 //!
-//! Bounded: a set-associative table of a fixed number of entries; a full set evicts the entry seen least
-//! recently, so what traffic keeps producing stays. Lookups allocate nothing. Each context keeps its two
-//! leading next tokens and how often any token followed it: exact while at most two tokens compete; beyond
-//! that the runner-up is whichever came last (its count an underestimate), and the leader's count stays exact
-//! while it leads. `file` keeps the table across restarts.
+//! Bounded: a set-associative table of a fixed number of entries (4 ways, on huge pages where the kernel gives
+//! them); a full set evicts the entry seen least recently, so what traffic keeps producing stays. Lookups
+//! allocate nothing. Each context keeps its two leading next tokens and how often any token followed it: exact
+//! while at most two tokens compete; beyond that the runner-up is whichever came last (its count an
+//! underestimate), and the leader's count stays exact while it leads. `file` keeps the table across restarts.
 
 pub mod file;
+mod pages;
 
 use crate::hash::literal_suffix_keys;
 use crate::index::Hit;
 use crate::pack::{EntryKind, MAX_N};
 use crate::shape::ShapeTable;
+use pages::Pages;
 
-/// Entries per set. A probe reads the set's [`SetMeta`] (one cache line) and an entry only where a tag
-/// matches, so a miss, and choosing the entry to evict, cost one cache line; a lookup or a feed prefetches
-/// the lines of its 2 to 12 sets together instead of taking one cache miss after another.
-const WAYS: usize = 8;
+/// Contexts per set. A set is two adjacent 64-byte lines of two [`Slot`]s each, 128-byte aligned, and a slot holds
+/// its whole context, so probing, claiming and counting a context touch that pair of lines alone: a feed's or a
+/// lookup's 2 to 12 sets are asked for together and arrive in one round. (Before session 19 a set was 8 ways with
+/// a line of tags and ages apart from its 40-byte entries: a feed waited two rounds, the tags then the entries, and
+/// a lookup hit a third line. Two ways in one line were faster still, but under churn kept 15% fewer of the
+/// contexts that recur: `benches/memory.rs`.)
+const WAYS: usize = 4;
 
-/// What a probe reads first: per way a nonzero tag of its context (0: empty) and the feed tick it was last
-/// seen at (what eviction compares).
-#[derive(Clone, Copy, Default)]
-#[repr(C, align(64))]
-struct SetMeta {
-    tag: [u32; WAYS],
-    seen: [u32; WAYS],
+/// One context and what followed it as the table keeps it: 32 bytes.
+#[derive(Clone, Copy)]
+#[repr(C)]
+struct Slot {
+    /// The window key (below 2^48), the context's length and its kind above it ([`Slot::id`]).
+    id: u64,
+    lead: (u32, u32),
+    second: (u32, u32),
+    /// Times any token followed the context; 0: the slot is empty.
+    total: u32,
+    seen: u32,
 }
 
-impl SetMeta {
-    /// The ways whose tag is `tag`, one bit each: two vector compares where the CPU has them (every probe and
-    /// claim starts here).
+#[derive(Clone, Copy)]
+#[repr(C, align(128))]
+struct Set([Slot; WAYS]);
+
+const _: () = assert!(size_of::<Set>() == 128 && crate::hash::KEY_BITS <= 48 && MAX_N < 256);
+
+impl Slot {
+    const EMPTY: Slot = Slot { id: 0, lead: (0, 0), second: (0, 0), total: 0, seen: 0 };
+
     #[inline]
-    fn ways(&self, tag: u32) -> u32 {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: SSE2 is part of the x86_64 baseline; the two unaligned 16-byte loads read `self.tag[0..4]`
-        // and `self.tag[4..8]`, inside the array (WAYS is 8).
-        unsafe {
-            use std::arch::x86_64::*;
-            const _: () = assert!(WAYS == 8);
-            let t = _mm_set1_epi32(tag as i32);
-            let p = self.tag.as_ptr().cast::<__m128i>();
-            let lo = _mm_movemask_ps(_mm_castsi128_ps(_mm_cmpeq_epi32(_mm_loadu_si128(p), t)));
-            let hi = _mm_movemask_ps(_mm_castsi128_ps(_mm_cmpeq_epi32(_mm_loadu_si128(p.add(1)), t)));
-            (lo | hi << 4) as u32
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        self.tag.iter().enumerate().fold(0, |m, (i, &t)| m | u32::from(t == tag) << i)
-    }
-}
-
-/// How the live index is sized and what it counts.
-#[derive(Clone, Debug, PartialEq)]
-pub struct LiveConfig {
-    /// Entries kept at most (rounded up to a power-of-two number of sets).
-    pub capacity: usize,
-    /// Longest literal and shape context counted, in tokens.
-    pub max_n_literal: usize,
-    pub max_n_shape: usize,
-    /// Shortest context counted: one token says little about the next.
-    pub min_n: usize,
-}
-
-/// 2^18 entries, 12 MiB (40-byte entries and a 64-byte line of tags and ages per set of 8): room for the contexts of some 20,000 answer tokens before anything is evicted.
-pub const DEFAULT_CAPACITY: usize = 1 << 18;
-
-impl Default for LiveConfig {
-    fn default() -> Self {
-        // Not fewer: literal 2..=6 and shape 2..=4 replayed as fast on recorded Qwen2.5-Coder-1.5B answers (JSON
-        // 1.329x against 1.335x, code edits 1.572x both), but served, a second identical SmolLM2 request whose answer
-        // repeats its own 6-grams (`json_data = json.dumps(json_data)` then `.loads(json_data)`) drafted 55 of 64
-        // tokens instead of 57: shorter contexts cannot tell the repeats apart.
-        LiveConfig { capacity: DEFAULT_CAPACITY, max_n_literal: 8, max_n_shape: 6, min_n: 2 }
-    }
-}
-
-/// One context and what followed it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct LiveEntry {
-    pub kind: EntryKind,
-    /// Context length in tokens.
-    pub n: u8,
-    /// Window key ([`crate::hash`], the pack's keys).
-    pub key: u64,
-    /// The leading next token and its count; the runner-up and its count (0: none yet).
-    pub lead: (u32, u32),
-    pub second: (u32, u32),
-    /// Times any token followed the context.
-    pub total: u32,
-    /// Feed tick at which the context was last seen.
-    pub seen: u32,
-}
-
-impl LiveEntry {
-    const EMPTY: LiveEntry = LiveEntry { kind: EntryKind::Literal, n: 0, key: 0, lead: (0, 0), second: (0, 0), total: 0, seen: 0 };
-
-    fn first(kind: EntryKind, n: u8, key: u64, token: u32, tick: u32) -> LiveEntry {
-        LiveEntry { kind, n, key, lead: (token, 1), second: (0, 0), total: 1, seen: tick }
+    fn id(kind: EntryKind, n: u8, key: u64) -> u64 {
+        key | u64::from(n) << 48 | u64::from(kind == EntryKind::Shape) << 56
     }
 
-    fn is(&self, kind: EntryKind, n: u8, key: u64) -> bool {
-        self.total > 0 && self.key == key && self.n == n && self.kind == kind
+    fn first(id: u64, token: u32, tick: u32) -> Slot {
+        Slot { id, lead: (token, 1), second: (0, 0), total: 1, seen: tick }
+    }
+
+    #[inline]
+    fn holds(&self, id: u64) -> bool {
+        self.total > 0 && self.id == id
     }
 
     /// Counts one more occurrence of the context, followed by `token`.
@@ -122,18 +79,76 @@ impl LiveEntry {
         }
     }
 
-    fn hit(&self) -> Hit {
-        Hit { token: self.lead.0 as i32, count: self.lead.1, total: self.total, kind: self.kind, n: self.n }
+    fn kind(&self) -> EntryKind {
+        if self.id >> 56 & 1 == 1 {
+            EntryKind::Shape
+        } else {
+            EntryKind::Literal
+        }
     }
+
+    fn hit(&self) -> Hit {
+        Hit { token: self.lead.0 as i32, count: self.lead.1, total: self.total, kind: self.kind(), n: (self.id >> 48) as u8 }
+    }
+
+    fn entry(&self) -> LiveEntry {
+        let (kind, n, key) = (self.kind(), (self.id >> 48) as u8, self.id & ((1 << 48) - 1));
+        LiveEntry { kind, n, key, lead: self.lead, second: self.second, total: self.total, seen: self.seen }
+    }
+
+    fn of(e: &LiveEntry) -> Slot {
+        Slot { id: Slot::id(e.kind, e.n, e.key), lead: e.lead, second: e.second, total: e.total, seen: e.seen }
+    }
+}
+
+/// How the live index is sized and what it counts.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LiveConfig {
+    /// Entries kept at most (rounded up to a power-of-two number of sets).
+    pub capacity: usize,
+    /// Longest literal and shape context counted, in tokens.
+    pub max_n_literal: usize,
+    pub max_n_shape: usize,
+    /// Shortest context counted: one token says little about the next.
+    pub min_n: usize,
+}
+
+/// 2^18 entries, 8 MiB (32-byte slots): room for the contexts of some 20,000 answer tokens before anything
+/// is evicted.
+pub const DEFAULT_CAPACITY: usize = 1 << 18;
+
+impl Default for LiveConfig {
+    fn default() -> Self {
+        // Not fewer: literal 2..=6 and shape 2..=4 replayed as fast on recorded Qwen2.5-Coder-1.5B answers (JSON
+        // 1.329x against 1.335x, code edits 1.572x both), but served, a second identical SmolLM2 request whose answer
+        // repeats its own 6-grams (`json_data = json.dumps(json_data)` then `.loads(json_data)`) drafted 55 of 64
+        // tokens instead of 57: shorter contexts cannot tell the repeats apart.
+        LiveConfig { capacity: DEFAULT_CAPACITY, max_n_literal: 8, max_n_shape: 6, min_n: 2 }
+    }
+}
+
+/// One context and what followed it (what a saved table holds).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LiveEntry {
+    pub kind: EntryKind,
+    /// Context length in tokens.
+    pub n: u8,
+    /// Window key ([`crate::hash`], the pack's keys).
+    pub key: u64,
+    /// The leading next token and its count; the runner-up and its count (0: none yet).
+    pub lead: (u32, u32),
+    pub second: (u32, u32),
+    /// Times any token followed the context.
+    pub total: u32,
+    /// Feed tick at which the context was last seen.
+    pub seen: u32,
 }
 
 /// The table all slots share.
 pub struct Live {
     cfg: LiveConfig,
     shapes: Option<ShapeTable>,
-    slots: Box<[LiveEntry]>,
-    /// Per set.
-    meta: Box<[SetMeta]>,
+    sets: Pages<Set>,
     /// log2 of the number of sets.
     bits: u32,
     tick: u32,
@@ -147,8 +162,7 @@ impl Live {
     pub fn new(cfg: LiveConfig, shapes: Option<ShapeTable>) -> Live {
         let sets = cfg.capacity.div_ceil(WAYS).next_power_of_two().max(1);
         Live {
-            slots: vec![LiveEntry::EMPTY; sets * WAYS].into_boxed_slice(),
-            meta: vec![SetMeta::default(); sets].into_boxed_slice(),
+            sets: Pages::filled(sets, Set([Slot::EMPTY; WAYS])),
             bits: sets.trailing_zeros(),
             cfg: LiveConfig { max_n_literal: cfg.max_n_literal.min(MAX_N), max_n_shape: cfg.max_n_shape.min(MAX_N), ..cfg },
             shapes,
@@ -164,7 +178,7 @@ impl Live {
 
     /// Entries the table holds at most.
     pub fn capacity(&self) -> usize {
-        self.slots.len()
+        self.sets.len() * WAYS
     }
 
     /// Entries held.
@@ -183,7 +197,7 @@ impl Live {
 
     /// Bytes of the table itself (it never grows).
     pub fn bytes(&self) -> usize {
-        std::mem::size_of_val(&*self.slots) + std::mem::size_of_val(&*self.meta)
+        std::mem::size_of_val(&*self.sets)
     }
 
     /// Longest context any lookup reads.
@@ -191,71 +205,72 @@ impl Live {
         self.cfg.max_n_literal.max(if self.shapes.is_some() { self.cfg.max_n_shape } else { 0 })
     }
 
-    /// Where a context lives: its set (the high bits of the window key mixed with its kind and length) and its
-    /// tag (the low bits, never 0).
+    /// The set a context lives in: the high bits of its id times an odd constant (every bit of the id, the
+    /// context's length and kind included, reaches them).
     #[inline]
-    fn locate(&self, kind: EntryKind, n: u8, key: u64) -> (usize, u32) {
-        let tag = (u64::from(n) << 1 | u64::from(kind == EntryKind::Shape)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        let h = (key ^ tag).wrapping_mul(0xFF51_AFD7_ED55_8CCD);
-        let s = if self.bits == 0 { 0 } else { (h >> (64 - self.bits)) as usize };
-        (s, (h as u32) | 1)
+    fn set(&self, id: u64) -> usize {
+        if self.bits == 0 {
+            0
+        } else {
+            (id.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - self.bits)) as usize
+        }
     }
 
-    /// Asks the CPU for the [`SetMeta`] of the sets of `keys[lo..n]` (contexts of 1..=n tokens), so their cache misses
-    /// overlap.
+    /// Asks the CPU for the sets of `ids`, so their cache misses overlap.
     #[inline]
-    fn prefetch(&self, kind: EntryKind, keys: &[u64], lo: usize) {
-        for (i, &key) in keys.iter().enumerate().skip(lo) {
-            let (set, _) = self.locate(kind, i as u8 + 1, key);
-            prefetch(&self.meta[set]);
+    fn prefetch(&self, ids: &[u64]) {
+        for &id in ids {
+            let set = &self.sets[self.set(id)].0;
+            prefetch(&set[0]);
+            prefetch(&set[2]);
         }
     }
 
     #[inline]
-    fn find(&self, kind: EntryKind, n: u8, key: u64) -> Option<&LiveEntry> {
-        let (set, tag) = self.locate(kind, n, key);
-        let mut ways = self.meta[set].ways(tag);
-        while ways != 0 {
-            let e = &self.slots[set * WAYS + ways.trailing_zeros() as usize];
-            if e.is(kind, n, key) {
-                return Some(e);
-            }
-            ways &= ways - 1;
-        }
-        None
+    fn find(&self, id: u64) -> Option<&Slot> {
+        self.sets[self.set(id)].0.iter().find(|e| e.holds(id))
     }
 
-    /// The slot (an index) for a context, marked seen at `seen`: its own, else an empty one, else the one seen least
-    /// recently (evicted). The set's tags and ages are updated, the entry is not read (so a claim costs
-    /// the set's line alone). `held` says the tag matched; the caller checks the entry's key before counting
-    /// into it (two contexts share a set and a 32-bit tag about once in 2^29 claims).
-    fn claim(&mut self, kind: EntryKind, n: u8, key: u64, seen: u32) -> (usize, bool) {
-        let (set, tag) = self.locate(kind, n, key);
-        let m = &self.meta[set];
-        let (i, held) = match m.ways(tag) {
-            0 => match m.ways(0) {
-                0 => ((0..WAYS).min_by_key(|&i| m.seen[i]).expect("a set has ways"), false),
-                empty => {
+    /// The slot for a context: its own, else an empty one, else the one seen least recently (evicted); and
+    /// whether it holds the context already.
+    fn claim(&mut self, id: u64) -> (&mut Slot, bool) {
+        let set = self.set(id);
+        let ways = &self.sets[set].0;
+        let (i, held) = match ways.iter().position(|e| e.holds(id)) {
+            Some(i) => (i, true),
+            None => match ways.iter().position(|e| e.total == 0) {
+                Some(i) => {
                     self.len += 1;
-                    (empty.trailing_zeros() as usize, false)
+                    (i, false)
                 }
+                None => ((0..WAYS).min_by_key(|&i| ways[i].seen).expect("a set has ways"), false),
             },
-            ways => (ways.trailing_zeros() as usize, true),
         };
-        let m = &mut self.meta[set];
-        m.tag[i] = tag;
-        m.seen[i] = seen;
-        (set * WAYS + i, held)
+        (&mut self.sets[set].0[i], held)
     }
 
-    /// The keys of the contexts that end `history`, their sets' lines already asked for.
+    /// The ids of the contexts that end `history`, their sets' lines already asked for. A shape window with
+    /// nothing abstracted in it (its key is its literal window's: a token's shape is its id unless it is
+    /// abstracted) is the literal context again, counted and looked up there; those are the shortest shape
+    /// windows, up to the first abstracted token from the end, and are skipped.
     #[inline]
     fn contexts(&self, history: &[i32]) -> Contexts {
-        let mut c = Contexts { lo: self.cfg.min_n.max(1) - 1, keys: [0; MAX_N], n: 0, shape_keys: [0; MAX_N], m: 0 };
-        c.n = literal_suffix_keys(history, self.cfg.max_n_literal, &mut c.keys);
-        c.m = self.shapes.as_ref().map_or(0, |sh| sh.suffix_keys(history, self.cfg.max_n_shape, &mut c.shape_keys));
-        self.prefetch(EntryKind::Literal, &c.keys[..c.n], c.lo);
-        self.prefetch(EntryKind::Shape, &c.shape_keys[..c.m], c.lo);
+        let lo = self.cfg.min_n.max(1) - 1;
+        let (mut keys, mut shape_keys) = ([0; MAX_N], [0; MAX_N]);
+        let n = literal_suffix_keys(history, self.cfg.max_n_literal, &mut keys);
+        let m = self.shapes.as_ref().map_or(0, |sh| sh.suffix_keys(history, self.cfg.max_n_shape, &mut shape_keys));
+        let mut shape_lo = lo;
+        while shape_lo < m.min(n) && shape_keys[shape_lo] == keys[shape_lo] {
+            shape_lo += 1;
+        }
+        let mut c = Contexts { ids: [0; 2 * MAX_N], len: 0 };
+        for (kind, ks, from, to) in [(EntryKind::Literal, &keys, lo, n), (EntryKind::Shape, &shape_keys, shape_lo, m)] {
+            for i in (from..to).rev() {
+                c.ids[c.len] = Slot::id(kind, i as u8 + 1, ks[i]);
+                c.len += 1;
+            }
+        }
+        self.prefetch(&c.ids[..c.len]);
         c
     }
 
@@ -264,27 +279,12 @@ impl Live {
         let Ok(token) = u32::try_from(token) else { return };
         self.tick = self.tick.wrapping_add(1);
         self.fed += 1;
-        let Contexts { lo, keys, n, shape_keys, m } = self.contexts(history);
-        // Two passes, so the entries' cache misses overlap too: claim every context's slot (the sets' lines,
-        // prefetched above) and prefetch the entry, then count. Should a later claim evict an earlier one's
-        // slot (8 contexts of one feed in one set), the later write wins, as it would one at a time.
+        let c = self.contexts(history);
         let tick = self.tick;
-        let mut claims = [(0usize, false, EntryKind::Literal, 0u8, 0u64); 2 * MAX_N];
-        let mut c = 0;
-        for (kind, ks, len) in [(EntryKind::Literal, &keys, n), (EntryKind::Shape, &shape_keys, m)] {
-            for (i, &key) in ks.iter().enumerate().take(len).skip(lo) {
-                let (at, held) = self.claim(kind, i as u8 + 1, key, tick);
-                prefetch(&self.slots[at]);
-                claims[c] = (at, held, kind, i as u8 + 1, key);
-                c += 1;
-            }
-        }
-        for &(at, held, kind, n, key) in &claims[..c] {
-            let e = &mut self.slots[at];
-            if held && e.is(kind, n, key) {
-                e.observe(token, tick);
-            } else {
-                *e = LiveEntry::first(kind, n, key, token, tick);
+        for &id in &c.ids[..c.len] {
+            match self.claim(id) {
+                (e, true) => e.observe(token, tick),
+                (e, false) => *e = Slot::first(id, token, tick),
             }
         }
     }
@@ -293,16 +293,13 @@ impl Live {
     /// context (as [`crate::index::Index::lookup`] reads a pack).
     #[inline]
     pub fn lookup(&self, history: &[i32]) -> Option<Hit> {
-        let Contexts { lo, keys, n, shape_keys, m } = self.contexts(history);
-        if let Some(e) = (lo..n).rev().find_map(|i| self.find(EntryKind::Literal, i as u8 + 1, keys[i])) {
-            return Some(e.hit());
-        }
-        (lo..m).rev().find_map(|i| self.find(EntryKind::Shape, i as u8 + 1, shape_keys[i])).map(LiveEntry::hit)
+        let c = self.contexts(history);
+        c.ids[..c.len].iter().find_map(|&id| self.find(id)).map(Slot::hit)
     }
 
     /// The entries held, in no particular order.
-    pub fn entries(&self) -> impl Iterator<Item = &LiveEntry> {
-        self.slots.iter().filter(|e| e.total > 0)
+    pub fn entries(&self) -> impl Iterator<Item = LiveEntry> + '_ {
+        self.sets.iter().flat_map(|s| &s.0).filter(|e| e.total > 0).map(Slot::entry)
     }
 
     /// Puts `e` back (loading a saved table) in its set, evicting the entry seen least recently when the set
@@ -318,22 +315,19 @@ impl Live {
             return;
         }
         self.tick = self.tick.max(e.seen);
-        if self.find(e.kind, e.n, e.key).is_some_and(|held| held.seen > e.seen) {
+        let id = Slot::id(e.kind, e.n, e.key);
+        if self.find(id).is_some_and(|held| held.seen > e.seen) {
             return;
         }
-        let (at, _) = self.claim(e.kind, e.n, e.key, e.seen);
-        self.slots[at] = e;
+        *self.claim(id).0 = Slot::of(&e);
     }
 }
 
-/// The contexts ending a history: `keys[i]` is the literal window of `i + 1` tokens (`n` of them), `shape_keys`
-/// the shape windows (`m`); lengths below `lo + 1` are not counted.
+/// The contexts ending a history, as slot ids, in the order a lookup tries them: the literal windows longest
+/// first, then the shape windows longest first.
 struct Contexts {
-    lo: usize,
-    keys: [u64; MAX_N],
-    n: usize,
-    shape_keys: [u64; MAX_N],
-    m: usize,
+    ids: [u64; 2 * MAX_N],
+    len: usize,
 }
 
 /// A hint that `at` will be read soon; no effect on what any read returns.
@@ -394,12 +388,12 @@ pub(crate) mod tests {
             [EntryKind::Literal, EntryKind::Shape].into_iter().find_map(|kind| {
                 (self.cfg.min_n..=self.max_n(kind).min(history.len())).rev().find_map(|n| {
                     let key = self.key(kind, &history[history.len() - n..]);
-                    let mut e: Option<LiveEntry> = None;
+                    let mut e: Option<Slot> = None;
                     for &(k, m, key2, t) in &self.obs {
                         if (k, usize::from(m), key2) == (kind, n, key) {
                             match &mut e {
                                 Some(e) => e.observe(t, 0),
-                                None => e = Some(LiveEntry::first(kind, n as u8, key, t, 0)),
+                                None => e = Some(Slot::first(Slot::id(kind, n as u8, key), t, 0)),
                             }
                         }
                     }
@@ -445,8 +439,18 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn a_shape_window_with_nothing_abstracted_is_left_to_its_literal_twin() {
+        let (mut live, _) = both(LiveConfig::default());
+        // Windows ending at `}`: `", }` has nothing abstracted (its shape is itself), `Ann ", }` and longer have.
+        live.feed(&[id("{"), id("Ann"), id("\","), id("}")], id("{"));
+        assert_eq!(live.len(), 3 + 2, "literal 2, 3, 4 tokens; shape 3 and 4 only");
+        let hit = live.lookup(&[id("("), id("\","), id("}")]).expect("the literal twin");
+        assert_eq!((hit.kind, hit.n), (EntryKind::Literal, 2));
+    }
+
+    #[test]
     fn the_leader_changes_when_the_runner_up_overtakes_it() {
-        let mut e = LiveEntry::first(EntryKind::Literal, 2, 7, 5, 0);
+        let mut e = Slot::first(Slot::id(EntryKind::Literal, 2, 7), 5, 0);
         e.observe(6, 1);
         assert_eq!((e.lead, e.second, e.total), ((5, 1), (6, 1), 2), "a tie keeps the first");
         e.observe(6, 2);
@@ -472,7 +476,7 @@ pub(crate) mod tests {
         }
         assert_eq!(live.len(), 64, "the table fills");
         assert_eq!(live.bytes(), bytes, "and never grows");
-        assert_eq!(live.lookup(&kept).map(|h| h.token), Some(7), "a context seen every 8 feeds is never evicted");
+        assert_eq!(live.lookup(&kept).map(|h| h.token), Some(7), "a context seen every 8 feeds stays (4 newer ones in its set between sightings would evict it)");
         assert_eq!(live.lookup(&[5, 6]), None, "one seen once, 10,000 feeds ago, is");
     }
 
@@ -483,7 +487,7 @@ pub(crate) mod tests {
             live.feed(&[9, 9, i], t);
         }
         let mut copy = Live::new(LiveConfig::default(), Some(table()));
-        let mut saved: Vec<LiveEntry> = live.entries().copied().collect();
+        let mut saved: Vec<LiveEntry> = live.entries().collect();
         saved.sort_by_key(|e| e.seen);
         for e in saved {
             copy.restore(e);
@@ -501,7 +505,7 @@ pub(crate) mod tests {
         let (mut long, _) = both(LiveConfig::default());
         long.feed(&[1, 2, 3, 4, 5, 6, 7, 8], 9);
         let mut short = Live::new(LiveConfig { max_n_literal: 6, max_n_shape: 4, ..LiveConfig::default() }, Some(table()));
-        for e in long.entries().copied() {
+        for e in long.entries() {
             short.restore(e);
         }
         assert!(short.entries().all(|e| usize::from(e.n) <= short.config().max_n_literal));

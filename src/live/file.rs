@@ -94,7 +94,7 @@ impl Saved {
     /// A copy of `live`'s entries, oldest first (cheap enough for the server thread; writing is not), with
     /// the drafter's learned acceptance.
     pub fn of(live: &Live, learned: Option<Learned>, tokenizer: &str, model: &ModelInfo, fed_before: u64) -> Saved {
-        let mut entries: Vec<LiveEntry> = live.entries().copied().collect();
+        let mut entries: Vec<LiveEntry> = live.entries().collect();
         entries.sort_unstable_by_key(|e| e.seen);
         Saved { tokenizer: tokenizer.into(), model: model.clone(), fed: fed_before + live.fed(), entries, learned }
     }
