@@ -7,7 +7,12 @@
 //! faster arm runs; the other is re-measured now and then: after [`GateConfig::explore_every`] windows at
 //! first, then after twice as many each time the re-measurement confirms the choice (up to
 //! [`GateConfig::explore_max`]), back to the shortest interval when it overturns it. A steady choice so pays
-//! for its check about one window in `explore_max`, not one in `explore_every`. A pause (no request, a long
+//! for its check about one window in `explore_max`, not one in `explore_every`. And never later than is cheap: a
+//! window of the slower arm costs the gap between the arms, so arms closer than [`GateConfig::explore_cost`] times
+//! the interval are re-checked sooner, arms that tie every other window (which costs nothing). Served on HumanEval
+//! without a pack (Qwen2.5-Coder-1.5B, `-np 1`), the first drafting window fell on a prompt with nothing to copy and
+//! tied with not drafting (29.0 against 29.3 tok/s); 8 windows of not drafting followed, the rest of the run (1.05×,
+//! ngram-simple 1.30×). A pause (no request, a long
 //! prompt) is cut out of the window it falls in: it is no arm's cost. So is a server step that decoded a
 //! prompt beside the other slots' tokens ([`Gate::prompt`]): at `-np 4` prompts were 54% of the wall time, and
 //! whether a window held one or two of them decided its rate more than drafting did.
@@ -36,6 +41,9 @@ pub struct GateConfig {
     pub explore_every: u32,
     /// The longest interval between re-measurements, reached by doubling while they confirm the choice.
     pub explore_max: u32,
+    /// The share of the rate re-measuring the slower arm may cost: with the arms `gap` apart (0.02 = 2%), the
+    /// interval is at most `gap / explore_cost` windows, the re-measurement included.
+    pub explore_cost: f64,
     /// Weight of the newest window in an arm's rate.
     pub weight: f64,
     /// A gap between calls longer than this (ns) is a pause, cut out of the window: the server was idle or busy
@@ -52,7 +60,7 @@ pub struct GateConfig {
 
 impl Default for GateConfig {
     fn default() -> Self {
-        GateConfig { window: 48, explore_every: 8, explore_max: 32, weight: 0.3, idle_ns: 400_000_000, margin: 0.02, far: 1.5, short_window: 12 }
+        GateConfig { window: 48, explore_every: 8, explore_max: 32, explore_cost: 0.005, weight: 0.3, idle_ns: 400_000_000, margin: 0.02, far: 1.5, short_window: 12 }
     }
 }
 
@@ -70,8 +78,10 @@ pub struct Gate {
     arm: Arm,
     /// Tokens per second, decayed over windows: [on, off].
     rate: [Option<f64>; 2],
-    /// Windows of the best arm since the other was last measured, and the current interval.
+    /// Windows of the best arm since the other was last measured; the interval as confirmations doubled it,
+    /// and the interval in use (no longer than the gap between the arms makes cheap).
     since_explore: u32,
+    confirmed: u32,
     explore_every: u32,
     /// The arm the last full window chose as the best.
     best: Option<Arm>,
@@ -104,6 +114,7 @@ impl Gate {
             arm: Arm::On,
             rate: [None, None],
             since_explore: 0,
+            confirmed: explore_every,
             explore_every,
             best: None,
             last: None,
@@ -221,24 +232,31 @@ impl Gate {
     }
 
     /// After a window: the faster arm, or the other when it is due to be re-measured (and until both are
-    /// measured). A re-measurement that leaves the choice as it was doubles the interval; one that
-    /// overturns it resets the interval.
+    /// measured); after a re-measurement, the faster arm again. A re-measurement that leaves the choice as it was
+    /// doubles the interval; one that overturns it resets the interval; the gap between the arms caps it.
     fn next_arm(&mut self) -> Arm {
-        let best = match self.rate {
-            [Some(on), Some(off)] if on >= off * (1.0 + self.cfg.margin) => Arm::On,
-            [Some(_), Some(_)] => Arm::Off,
+        let (on, off) = match self.rate {
+            [Some(on), Some(off)] => (on, off),
             [None, _] => return Arm::On,
             [_, None] => return Arm::Off,
         };
+        let best = if on >= off * (1.0 + self.cfg.margin) { Arm::On } else { Arm::Off };
         let explored = self.best.is_some_and(|b| self.arm != b);
         if explored {
-            self.explore_every = if self.best == Some(best) {
-                (self.explore_every * 2).min(self.cfg.explore_max.max(self.cfg.explore_every).max(1))
+            self.confirmed = if self.best == Some(best) {
+                (self.confirmed * 2).min(self.cfg.explore_max.max(self.cfg.explore_every).max(1))
             } else {
                 self.cfg.explore_every.max(1)
             };
         }
+        let gap = on.max(off) / on.min(off).max(f64::MIN_POSITIVE) - 1.0;
+        let cheap = (gap / self.cfg.explore_cost.max(f64::MIN_POSITIVE)).ceil().min(f64::from(u32::MAX)) as u32;
+        self.explore_every = self.confirmed.min(cheap.saturating_sub(1)).max(1);
         self.best = Some(best);
+        if explored {
+            self.since_explore = 0;
+            return best;
+        }
         self.since_explore += 1;
         if self.since_explore >= self.explore_every {
             self.since_explore = 0;
@@ -305,8 +323,8 @@ mod tests {
     #[test]
     fn a_steady_choice_is_checked_ever_more_rarely() {
         let g = simulate(|_| 1.3, 15_000_000, 10_000_000, 400);
-        assert_eq!(g.explore_every(), 32, "confirmed again and again: the longest interval");
-        // 4 + 8 + 16 + 32 + 32 … windows between checks: far fewer than one in four.
+        assert_eq!(g.explore_every(), 30, "confirmed again and again: the longest interval a 15% gap makes cheap");
+        // 4 + 8 + 16 + 30 + 30 … windows between checks: far fewer than one in four.
         assert!(g.ran[0] <= 20, "{:?}", g.ran);
     }
 
@@ -329,9 +347,29 @@ mod tests {
     }
 
     #[test]
-    fn a_tie_goes_to_not_drafting() {
+    fn a_tie_goes_to_not_drafting_and_is_rechecked_every_other_window() {
+        // 1.5 tokens a step at 1.5× the step time: the same rate either way, so checking costs nothing.
         let g = simulate(|_| 1.5, 15_000_000, 10_000_000, 100);
-        assert!(g.ran[1] > g.ran[0], "{:?}", g.ran);
+        assert_eq!(g.explore_every(), 1);
+        assert!(g.ran[1] >= g.ran[0] && g.ran[0] >= 45, "{:?}", g.ran);
+    }
+
+    #[test]
+    fn a_first_window_with_nothing_to_draft_does_not_keep_drafting_off() {
+        // The first drafting window found nothing to draft (the same rate as not drafting); drafting pays from the
+        // third window on (1.67×). The tie is re-checked at once, and drafting runs from then on.
+        let g = simulate(|w| if w == 0 { 1.0 } else { 2.5 }, 15_000_000, 10_000_000, 100);
+        let g0 = simulate(|w| if w == 0 { 1.0 } else { 2.5 }, 10_000_000, 10_000_000, 100);
+        assert!(g0.ran[0] > 85, "{:?}", g0.ran);
+        assert!(g.ran[0] > 80, "{:?}", g.ran);
+    }
+
+    #[test]
+    fn arms_a_few_percent_apart_are_rechecked_as_often_as_is_cheap() {
+        // Drafting that drafts nothing and costs 2.2% (a step of 10.22 ms against 10): re-measuring it for one window
+        // in 5 costs 0.44% of the rate.
+        let g = simulate(|_| 1.0, 10_220_000, 10_000_000, 200);
+        assert_eq!(g.explore_every(), 4, "a 2.2% gap: one window in 5");
     }
 
     #[test]
