@@ -102,13 +102,19 @@ impl Drafter {
     /// A new request starts on `seq` with this prompt (token ids, or the bytes of an int32 array).
     fn begin(&self, py: Python<'_>, seq: i64, prompt: &Bound<'_, PyAny>) -> PyResult<()> {
         let (s, prompt) = (self.seq(seq)?, token_ids(prompt)?);
-        py.detach(|| Ok(self.engine()?.begin(s, &prompt)))
+        py.detach(|| {
+            self.engine()?.begin(s, &prompt);
+            Ok(())
+        })
     }
 
     /// The request begun on `seq` comes with a predicted output (OpenAI's `prediction`): a text to copy from.
     fn predict(&self, py: Python<'_>, seq: i64, tokens: &Bound<'_, PyAny>) -> PyResult<()> {
         let (s, tokens) = (self.seq(seq)?, token_ids(tokens)?);
-        py.detach(|| Ok(self.engine()?.predict(s, &tokens)))
+        py.detach(|| {
+            self.engine()?.predict(s, &tokens);
+            Ok(())
+        })
     }
 
     /// Up to `n_max` draft tokens to follow `tokens` (prompt and output so far) and `id_last`, the token just
@@ -162,7 +168,10 @@ impl Drafter {
 
     /// Writes the misses collected so far to the miss log (also done at each `begin` and when dropped).
     fn flush_misses(&self, py: Python<'_>) -> PyResult<()> {
-        py.detach(|| Ok(self.engine()?.flush_misses()))
+        py.detach(|| {
+            self.engine()?.flush_misses();
+            Ok(())
+        })
     }
 
     /// Counters since the drafter was made, over all sequences.
