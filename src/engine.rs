@@ -23,6 +23,9 @@ use std::time::Instant;
 /// Miss logs stop growing at this size; they feed the next compile, not an archive.
 pub const MISS_LOG_CAP: u64 = 16 << 20;
 
+/// The margins `shared_gain` may take (0: none; 10: a draft must promise 11 plain steps, so never drafts).
+pub const SHARED_GAIN_RANGE: std::ops::RangeInclusive<f64> = 0.0..=10.0;
+
 /// How an engine is set up.
 #[derive(Clone, Debug)]
 pub struct EngineConfig {
@@ -214,7 +217,7 @@ impl EngineConfig {
                     cfg.shared_gain = v
                         .parse()
                         .ok()
-                        .filter(|g: &f64| (0.0..=10.0).contains(g))
+                        .filter(|g: &f64| SHARED_GAIN_RANGE.contains(g))
                         .ok_or_else(|| EngineError::Arg(format!("--spec-plugin-arg: shared_gain={v} is not a number in 0..=10")))?
                 }
                 Some(("kv", v)) => {

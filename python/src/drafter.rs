@@ -4,7 +4,7 @@
 
 use crate::error::{engine_error, KolmRsdError};
 use crate::tokens::{token_ids, token_texts, views};
-use kolm_rsd::engine::{Engine, EngineConfig, LiveChoice, MISS_LOG_CAP};
+use kolm_rsd::engine::{Engine, EngineConfig, LiveChoice, MISS_LOG_CAP, SHARED_GAIN_RANGE};
 use kolm_rsd::ffi::api::KolmRsdStats;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -65,7 +65,7 @@ impl Drafter {
         }
         let shared_gain = match shared_gain {
             None => EngineConfig::default().shared_gain,
-            Some(g) if (0.0..=10.0).contains(&g) => g,
+            Some(g) if SHARED_GAIN_RANGE.contains(&g) => g,
             Some(g) => return Err(PyValueError::new_err(format!("shared_gain={g} is not a number in 0..=10"))),
         };
         let texts = self::token_texts(token_texts)?;
