@@ -31,7 +31,7 @@ const WAYS: usize = 4;
 #[derive(Clone, Copy)]
 #[repr(C)]
 struct Slot {
-    /// The window key (below 2^48), the context's length and its kind above it ([`Slot::id`]).
+    /// The window key (below 2^KEY_BITS), the context's length and its kind above it ([`Slot::id`]).
     id: u64,
     lead: (u32, u32),
     second: (u32, u32),
@@ -44,14 +44,18 @@ struct Slot {
 #[repr(C, align(128))]
 struct Set([Slot; WAYS]);
 
-const _: () = assert!(size_of::<Set>() == 128 && crate::hash::KEY_BITS <= 48 && MAX_N < 256);
+/// Where a slot's id keeps the context's length and kind, above the window key.
+const N_SHIFT: u32 = crate::hash::KEY_BITS;
+const KIND_SHIFT: u32 = N_SHIFT + 8;
+
+const _: () = assert!(size_of::<Set>() == 128 && KIND_SHIFT < 64 && MAX_N < 256);
 
 impl Slot {
     const EMPTY: Slot = Slot { id: 0, lead: (0, 0), second: (0, 0), total: 0, seen: 0 };
 
     #[inline]
     fn id(kind: EntryKind, n: u8, key: u64) -> u64 {
-        key | u64::from(n) << 48 | u64::from(kind == EntryKind::Shape) << 56
+        key | u64::from(n) << N_SHIFT | u64::from(kind == EntryKind::Shape) << KIND_SHIFT
     }
 
     fn first(id: u64, token: u32, tick: u32) -> Slot {
@@ -80,20 +84,24 @@ impl Slot {
     }
 
     fn kind(&self) -> EntryKind {
-        if self.id >> 56 & 1 == 1 {
+        if self.id >> KIND_SHIFT & 1 == 1 {
             EntryKind::Shape
         } else {
             EntryKind::Literal
         }
     }
 
+    fn n(&self) -> u8 {
+        (self.id >> N_SHIFT) as u8
+    }
+
     fn hit(&self) -> Hit {
-        Hit { token: self.lead.0 as i32, count: self.lead.1, total: self.total, kind: self.kind(), n: (self.id >> 48) as u8 }
+        Hit { token: self.lead.0 as i32, count: self.lead.1, total: self.total, kind: self.kind(), n: self.n() }
     }
 
     fn entry(&self) -> LiveEntry {
-        let (kind, n, key) = (self.kind(), (self.id >> 48) as u8, self.id & ((1 << 48) - 1));
-        LiveEntry { kind, n, key, lead: self.lead, second: self.second, total: self.total, seen: self.seen }
+        let key = self.id & ((1 << N_SHIFT) - 1);
+        LiveEntry { kind: self.kind(), n: self.n(), key, lead: self.lead, second: self.second, total: self.total, seen: self.seen }
     }
 
     fn of(e: &LiveEntry) -> Slot {

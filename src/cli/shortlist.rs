@@ -233,7 +233,6 @@ fn pct(x: f64) -> String {
     format!("{:.2}%", 100.0 * x)
 }
 
-/// The value at quantile q (0..=1) of v, nearest rank.
 /// Where the held-out positions split in two folds for the certificate's directions: the text boundary
 /// nearest the middle (the middle itself when there is one text), so each fold is certified with
 /// directions fitted on the other and no position on directions fitted on itself.
