@@ -35,7 +35,7 @@ use std::collections::VecDeque;
 use crate::index::Index;
 use crate::live::file::Learned;
 use crate::live::Live;
-use chain::{build_chain, estimate};
+use chain::{build_chain, estimate, Lookups};
 use class::{Class, Source, N_CLASSES};
 use control::{best_length, Acceptance, BetaModel, Rates, Verify, MAX_DRAFT};
 use gate::{Arm, Gate};
@@ -253,7 +253,16 @@ impl Drafter {
         if kept < before {
             s.fed = s.fed.min(kept);
         }
+        // The chain's first lookup reads the sets of the windows that end the history: asked for before the feed,
+        // their misses overlap its own, and the windows are hashed once for the pack and the live index.
+        let mut first = None;
         if let Some(live) = &mut self.live {
+            let lookups = Lookups::new(self.index.as_ref(), Some(live));
+            if s.fed < hist.len() && lookups.shared() {
+                let mut w = lookups.windows(hist);
+                live.prefetch_lookup(&mut w);
+                first = Some(w);
+            }
             for i in s.fed..hist.len() {
                 live.feed(&hist[i.saturating_sub(live.max_n())..i], hist[i]);
             }
@@ -296,7 +305,7 @@ impl Drafter {
             },
         };
         let model = self.source.as_deref_mut().map(|m| (m, seq, if gated { 0 } else { model_len }));
-        let pos0 = build_chain(self.index.as_ref(), self.live.as_ref(), self.texts.as_ref(), cfg, s, n_max, global, &verify, need, model);
+        let pos0 = build_chain(self.index.as_ref(), self.live.as_ref(), self.texts.as_ref(), cfg, s, n_max, global, &verify, need, model, first);
 
         let mut p = [0f32; MAX_DRAFT];
         let mut cost = [0f64; MAX_DRAFT];
@@ -548,6 +557,39 @@ mod tests {
         let mut plain = Drafter::new(None, cfg);
         serve(&mut plain, 0, &prompt, &answer, 8);
         assert_eq!(serve(&mut plain, 1, &prompt, &answer, 8), (0, 0));
+    }
+
+    #[test]
+    fn windows_hashed_once_for_the_pack_and_the_live_index_draft_as_hashed_apart() {
+        // The engine gives the pack's index and the live index one shape table, and the chain hashes each place's
+        // windows once for both; a live index with a table of its own (equal, not shared) hashes its own. The
+        // same traffic must draft the same either way.
+        let sh = crate::shape::tests::table();
+        let v = sh.len() as i32;
+        let mut x = 7u32;
+        let mut next = || {
+            x = x.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+            (x >> 16) as i32 % v
+        };
+        let prompt: Vec<i32> = (0..24).map(|_| next()).collect();
+        let answer: Vec<i32> = (0..160).map(|_| next()).collect();
+        // The pack knows a few places of the answer; the live index learns the rest from the first request.
+        let entries = answer.windows(4).step_by(9).map(|w| lit(&w[..3], w[3] as u32, 3)).collect();
+        let pack = Pack::from_entries(meta(), entries).unwrap();
+        let cfg = DrafterConfig { use_context: false, ..eager(2) };
+        let run = |own_table: bool| {
+            let live_shapes = if own_table { crate::shape::tests::table() } else { sh.clone() };
+            assert_eq!(live_shapes.same(&sh), !own_table);
+            let live = Live::new(crate::live::LiveConfig::default(), Some(live_shapes));
+            let mut d = Drafter::new(Some(Index::new(&pack, Some(sh.clone()))), cfg.clone()).with_live(live);
+            let first = serve(&mut d, 0, &prompt, &answer, 8);
+            let second = serve(&mut d, 1, &prompt, &answer, 8);
+            let st = d.global_stats();
+            (first, second, st.literal_hits, st.live_hits, d.live().unwrap().len())
+        };
+        let shared = run(false);
+        assert!(shared.2 > 0 && shared.3 > 0, "both the pack and the live index drafted: {shared:?}");
+        assert_eq!(shared, run(true));
     }
 
     #[test]

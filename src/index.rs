@@ -2,9 +2,9 @@
 //! window key to the best next token. A lookup tries the longest literal context first, then the
 //! longest shape context, and allocates nothing.
 
-use crate::hash::literal_suffix_keys;
 use crate::pack::{Entry, EntryKind, Pack, MAX_N};
 use crate::shape::ShapeTable;
+use crate::windows::Windows;
 
 /// A recipe that matched the end of a history.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -198,14 +198,23 @@ impl Index {
     /// The recipe for the end of `history`: longest literal match, else longest shape match.
     #[inline]
     pub fn lookup(&self, history: &[i32]) -> Option<Hit> {
-        let mut keys = [0u64; MAX_N];
-        let n = literal_suffix_keys(history, self.literal.max_n(), &mut keys);
-        if let Some(hit) = self.literal.probe(&keys[..n], EntryKind::Literal) {
+        self.find(&mut Windows::new(history, self.literal.max_n(), self.shape.max_n()))
+    }
+
+    /// [`Index::lookup`] on a history's windows already hashed (their shape keys, if made, under this index's
+    /// shape table); windows longer than this pack's contexts are not read.
+    #[inline]
+    pub fn find(&self, w: &mut Windows) -> Option<Hit> {
+        if let Some(hit) = self.literal.probe(w.literal(), EntryKind::Literal) {
             return Some(hit);
         }
         let shapes = self.shapes.as_ref()?;
-        let n = shapes.suffix_keys(history, self.shape.max_n(), &mut keys);
-        self.shape.probe(&keys[..n], EntryKind::Shape)
+        self.shape.probe(w.shape(shapes), EntryKind::Shape)
+    }
+
+    /// Longest literal and shape contexts this pack holds.
+    pub fn max_ns(&self) -> (usize, usize) {
+        (self.literal.max_n(), if self.shapes.is_some() { self.shape.max_n() } else { 0 })
     }
 }
 

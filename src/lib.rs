@@ -33,6 +33,7 @@ pub mod shortlist;
 pub mod stress;
 pub mod teacher;
 pub mod vocab;
+pub mod windows;
 pub mod workload;
 
 #[global_allocator]

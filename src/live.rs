@@ -13,10 +13,10 @@
 pub mod file;
 mod pages;
 
-use crate::hash::literal_suffix_keys;
 use crate::index::Hit;
 use crate::pack::{EntryKind, MAX_N};
 use crate::shape::ShapeTable;
+use crate::windows::Windows;
 use pages::Pages;
 
 /// Contexts per set. A set is two adjacent 64-byte lines of two [`Slot`]s each, 128-byte aligned, and a slot holds
@@ -210,7 +210,13 @@ impl Live {
 
     /// Longest context any lookup reads.
     pub fn max_n(&self) -> usize {
-        self.cfg.max_n_literal.max(if self.shapes.is_some() { self.cfg.max_n_shape } else { 0 })
+        let (literal, shape) = self.max_ns();
+        literal.max(shape)
+    }
+
+    /// Longest literal and shape contexts counted.
+    pub fn max_ns(&self) -> (usize, usize) {
+        (self.cfg.max_n_literal, if self.shapes.is_some() { self.cfg.max_n_shape } else { 0 })
     }
 
     /// The set a context lives in: the high bits of its id times an odd constant (every bit of the id, the
@@ -262,24 +268,45 @@ impl Live {
     /// abstracted) is the literal context again, counted and looked up there; those are the shortest shape
     /// windows, up to the first abstracted token from the end, and are skipped.
     #[inline]
-    fn contexts(&self, history: &[i32]) -> Contexts {
+    fn contexts(&self, w: &mut Windows) -> Contexts {
         let lo = self.cfg.min_n.max(1) - 1;
-        let (mut keys, mut shape_keys) = ([0; MAX_N], [0; MAX_N]);
-        let n = literal_suffix_keys(history, self.cfg.max_n_literal, &mut keys);
-        let m = self.shapes.as_ref().map_or(0, |sh| sh.suffix_keys(history, self.cfg.max_n_shape, &mut shape_keys));
-        let mut shape_lo = lo;
-        while shape_lo < m.min(n) && shape_keys[shape_lo] == keys[shape_lo] {
-            shape_lo += 1;
-        }
+        let keys = w.literal();
+        let n = keys.len().min(self.cfg.max_n_literal);
         let mut c = Contexts { ids: [0; 2 * MAX_N], len: 0 };
-        for (kind, ks, from, to) in [(EntryKind::Literal, &keys, lo, n), (EntryKind::Shape, &shape_keys, shape_lo, m)] {
-            for i in (from..to).rev() {
-                c.ids[c.len] = Slot::id(kind, i as u8 + 1, ks[i]);
+        for i in (lo..n).rev() {
+            c.ids[c.len] = Slot::id(EntryKind::Literal, i as u8 + 1, keys[i]);
+            c.len += 1;
+        }
+        // The literal sets are asked for before the shape keys are hashed, so that work overlaps their misses.
+        self.prefetch(&c.ids[..c.len]);
+        let literal = c.len;
+        if let Some(shapes) = &self.shapes {
+            let (keys, shape_keys) = w.literal_and_shape(shapes);
+            let m = shape_keys.len().min(self.cfg.max_n_shape);
+            let mut shape_lo = lo;
+            while shape_lo < m.min(n) && shape_keys[shape_lo] == keys[shape_lo] {
+                shape_lo += 1;
+            }
+            for i in (shape_lo..m).rev() {
+                c.ids[c.len] = Slot::id(EntryKind::Shape, i as u8 + 1, shape_keys[i]);
                 c.len += 1;
             }
         }
-        self.prefetch(&c.ids[..c.len]);
+        self.prefetch(&c.ids[literal..c.len]);
         c
+    }
+
+    /// The windows `lookup` and `feed` read at the end of `history`, hashed.
+    #[inline]
+    pub fn windows(&self, history: &[i32]) -> Windows {
+        let (literal, shape) = self.max_ns();
+        Windows::new(history, literal, shape)
+    }
+
+    /// Asks the CPU for the sets a lookup of `w` reads, so that their misses overlap other work (a feed).
+    #[inline]
+    pub fn prefetch_lookup(&self, w: &mut Windows) {
+        self.contexts(w);
     }
 
     /// Counts `token` (verified output) after every context of `history` (all tokens before it).
@@ -287,7 +314,7 @@ impl Live {
         let Ok(token) = u32::try_from(token) else { return };
         self.tick = self.tick.wrapping_add(1);
         self.fed += 1;
-        let c = self.contexts(history);
+        let c = self.contexts(&mut self.windows(history));
         let tick = self.tick;
         for &id in &c.ids[..c.len] {
             match self.claim(id) {
@@ -301,8 +328,20 @@ impl Live {
     /// context (as [`crate::index::Index::lookup`] reads a pack).
     #[inline]
     pub fn lookup(&self, history: &[i32]) -> Option<Hit> {
-        let c = self.contexts(history);
+        self.find_windows(&mut self.windows(history))
+    }
+
+    /// [`Live::lookup`] on a history's windows already hashed (their shape keys, if made, under this table's
+    /// [`Live::shapes`]); windows longer than the contexts counted are not read.
+    #[inline]
+    pub fn find_windows(&self, w: &mut Windows) -> Option<Hit> {
+        let c = self.contexts(w);
         c.ids[..c.len].iter().find_map(|&id| self.find(id)).map(Slot::hit)
+    }
+
+    /// The shape table the shape contexts are counted under.
+    pub fn shapes(&self) -> Option<&ShapeTable> {
+        self.shapes.as_ref()
     }
 
     /// The entries held, in no particular order.

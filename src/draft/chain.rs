@@ -9,8 +9,9 @@ use super::enumeration::Enumerations;
 use super::seq::Seq;
 use super::syntax::{self, Lex, TokenTexts};
 use super::TokenSource;
-use crate::index::Index;
+use crate::index::{Hit, Index};
 use crate::live::Live;
+use crate::windows::Windows;
 
 /// Fills `s.chain` with up to `want` tokens, each looked up after the ones before it: where a key starts, the
 /// key the prompt's lists name; else the pack's recipe (the live index's where the pack has none) or a copy of the request's own text or of its
@@ -19,7 +20,8 @@ use crate::live::Live;
 /// (source, sequence, how many of the first positions it may fill) answers where none does. Each token's
 /// class is its evidence at its place in the answer's syntax (read over `texts`, when given). Under the
 /// break-even control the chain ends where no further token could pay. Returns the copy's token for the
-/// first position when the pack had no recipe there (a possible miss of the pack).
+/// first position when the pack had no recipe there (a possible miss of the pack). `first`: the first place's
+/// windows, when the caller hashed them already ([`Lookups::windows`] of the history).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn build_chain(
     index: Option<&Index>,
@@ -32,7 +34,9 @@ pub(super) fn build_chain(
     verify: &Verify,
     need: f64,
     mut model: Option<(&mut (dyn TokenSource + 'static), usize, usize)>,
+    mut first: Option<Windows>,
 ) -> Option<i32> {
+    let lookups = Lookups::new(index, live);
     s.chain.clear();
     s.chain_predicted = 0;
     s.chain_lex.clear();
@@ -56,11 +60,12 @@ pub(super) fn build_chain(
             let rev = rev.chain(s.answer.rev(texts, s.ctx.tokens()));
             listed = next_key(&s.enums, rev, lex.depth(), opener, &mut s.key).map(|k| (k, 0));
         }
+        let mut w = first.take().unwrap_or_else(|| lookups.windows(&s.scratch));
         let pack = index
-            .and_then(|ix| cfg.recipe(ix, &s.scratch))
+            .and_then(|ix| ix.find(&mut w).filter(|h| cfg.sure(h)))
             .map(|h| (h.token, Class::pack(h.kind, h.count, h.confidence(), place)));
         let recipe = pack.or_else(|| {
-            let h = live?.lookup(&s.scratch).filter(|h| cfg.sure(h))?;
+            let h = lookups.live(&mut w, &s.scratch)?.filter(|h| cfg.sure(h))?;
             Some((h.token, Class::live(h.kind, h.count, h.confidence(), place)))
         });
         if copy.is_none() {
@@ -114,6 +119,43 @@ pub(super) fn build_chain(
         }
     }
     uncovered
+}
+
+/// How the chain hashes the windows of a place: once for the pack's index and the live index, which read the same
+/// windows (and, built by the engine, the same shape table); apart only for a live index with a table of its own.
+pub(super) struct Lookups<'a> {
+    live: Option<&'a Live>,
+    /// Longest literal and shape windows either reads.
+    max: (usize, usize),
+    shared: bool,
+}
+
+impl<'a> Lookups<'a> {
+    pub(super) fn new(index: Option<&Index>, live: Option<&'a Live>) -> Lookups<'a> {
+        let (a, b) = (index.map_or((0, 0), Index::max_ns), live.map_or((0, 0), Live::max_ns));
+        let shared = match (index.and_then(Index::shapes), live.and_then(Live::shapes)) {
+            (Some(x), Some(y)) => x.same(y),
+            _ => true,
+        };
+        Lookups { live, max: (a.0.max(b.0), a.1.max(b.1)), shared }
+    }
+
+    /// The windows at the end of `history`, for both tables.
+    pub(super) fn windows(&self, history: &[i32]) -> Windows {
+        Windows::new(history, self.max.0, self.max.1)
+    }
+
+    /// Whether windows hashed here serve the live index too (else it hashes its own).
+    pub(super) fn shared(&self) -> bool {
+        self.shared
+    }
+
+    /// The live index's recipe at the end of `history`, whose windows are `w`; None without a live index.
+    #[inline]
+    fn live(&self, w: &mut Windows, history: &[i32]) -> Option<Option<Hit>> {
+        let live = self.live?;
+        Some(if self.shared { live.find_windows(w) } else { live.lookup(history) })
+    }
 }
 
 /// A copy being drafted, from the text it copies: the request's own or its prediction.
