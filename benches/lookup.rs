@@ -1,4 +1,5 @@
-//! Propose latency on a synthetic 15,000-entry pack, plus pack size and load time.
+//! Propose latency on a synthetic 15,000-entry pack (warm, and with the caches flushed as a decode flushes them),
+//! plus pack size and load time.
 //!
 //! Besides criterion's means, prints per-call percentiles (each call timed with `Instant`, so
 //! about 20–40 ns of timer overhead is included) and the pack figures.
@@ -52,7 +53,7 @@ fn run(d: &mut Drafter, s: &[i32], calls: usize, n_max: usize) -> (Vec<u64>, usi
 /// Walks the drafter once along `s` (a new request every 4,000 tokens, its prompt the 500 before): per place
 /// of the stream where it proposed, the nanoseconds of the `propose` and of the step (`propose` and `accept`,
 /// both on the server's path) and what it drafted.
-fn walk(d: &mut Drafter, s: &[i32], n_max: usize) -> std::collections::HashMap<usize, ((u64, u64), Vec<i32>)> {
+fn walk(d: &mut Drafter, s: &[i32], n_max: usize, mut evict: Option<&mut Evict>) -> std::collections::HashMap<usize, ((u64, u64), Vec<i32>)> {
     let mut calls = std::collections::HashMap::new();
     let (mut out, mut misses) = (Vec::new(), Vec::new());
     let (mut pos, mut start, mut fake_now) = (500, 500, 0u64);
@@ -65,6 +66,9 @@ fn walk(d: &mut Drafter, s: &[i32], n_max: usize) -> std::collections::HashMap<u
             misses.clear();
         }
         let history = &s[start - 500..pos];
+        if let Some(e) = evict.as_deref_mut() {
+            e.run();
+        }
         let t0 = Instant::now();
         let g = d.propose(0, history, s[pos], n_max, fake_now, &mut out);
         let dt = t0.elapsed().as_nanos() as u64;
@@ -76,6 +80,54 @@ fn walk(d: &mut Drafter, s: &[i32], n_max: usize) -> std::collections::HashMap<u
         fake_now += 57_000_000 + 30_000_000 * g as u64;
     }
     calls
+}
+
+/// Walks `s` with and without the live index and prints what it adds to the calls made at the same place that
+/// drafted the same tokens (the difference is then what consulting and feeding the live index costs, not extra
+/// drafting).
+fn matched(name: &str, pack: &Pack, sh: &ShapeTable, texts: &[String], s: &[i32], n_max: usize, mut evict: Option<&mut Evict>) {
+    let arms: Vec<_> = [false, true]
+        .into_iter()
+        .map(|with_live| {
+            let mut d = Drafter::new(Some(Index::new(pack, Some(sh.clone()))), DrafterConfig::default()).with_texts(TokenTexts::new(&refs(texts)));
+            if with_live {
+                d = d.with_live(Live::new(LiveConfig::default(), Some(sh.clone())));
+            }
+            walk(&mut d, &s[..s.len().min(20_000)], n_max, None); // warm-up
+            walk(&mut d, s, n_max, evict.as_deref_mut())
+        })
+        .collect();
+    let (mut a, mut b, mut sa, mut sb) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for (pos, (t1, d1)) in &arms[1] {
+        if let Some((t0, _)) = arms[0].get(pos).filter(|(_, d0)| d0 == d1) {
+            a.push(t0.0);
+            b.push(t1.0);
+            sa.push(t0.1);
+            sb.push(t1.1);
+        }
+    }
+    let (p50a, p99a, p50b, p99b) = (pct(&mut a, 0.5), pct(&mut a, 0.99), pct(&mut b, 0.5), pct(&mut b, 0.99));
+    let (s50a, s99a, s50b, s99b) = (pct(&mut sa, 0.5), pct(&mut sa, 0.99), pct(&mut sb, 0.5), pct(&mut sb, 0.99));
+    println!(
+        "{name:26} {} matched calls of {} and {}: propose p50 {p50a:5} → {p50b:5} ns, p99 {p99a:5} → {p99b:5} ns ({:+} ns); \
+         propose + accept p50 {s50a:5} → {s50b:5} ns, p99 {s99a:5} → {s99b:5} ns ({:+} ns)",
+        a.len(), arms[0].len(), arms[1].len(), p99b as i64 - p99a as i64, s99b as i64 - s99a as i64
+    );
+}
+
+/// What a server's decode does to the caches between two calls (it streams the model's weights, a gigabyte
+/// here): a read of more memory than the last-level cache holds, outside the timed calls.
+struct Evict(Vec<u8>);
+
+impl Evict {
+    fn new() -> Evict {
+        Evict(vec![1; 64 << 20])
+    }
+
+    fn run(&mut self) {
+        let sum: u64 = self.0.iter().step_by(64).map(|&b| u64::from(b)).sum();
+        black_box(sum);
+    }
 }
 
 fn pct(v: &mut [u64], p: f64) -> u64 {
@@ -180,36 +232,11 @@ fn main() {
 
     println!("\n== the live index where it changes nothing: calls at the same place that drafted the same, with and without it ==");
     for (name, n_max) in [("default control, n_max 4", 4), ("default control, n_max 8", 8)] {
-        let arms: Vec<_> = [false, true]
-            .into_iter()
-            .map(|with_live| {
-                let mut d = Drafter::new(Some(Index::new(&pack, Some(sh.clone()))), DrafterConfig::default()).with_texts(TokenTexts::new(&refs(&texts)));
-                if with_live {
-                    d = d.with_live(Live::new(LiveConfig::default(), Some(sh.clone())));
-                }
-                walk(&mut d, &s[..20_000], n_max); // warm-up
-                walk(&mut d, &s, n_max)
-            })
-            .collect();
-        // A call is matched when both arms proposed at the same place of the stream and drafted the same
-        // tokens: the difference is then what consulting and feeding the live index costs, not extra drafting.
-        let (mut a, mut b, mut sa, mut sb) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        for (pos, (t1, d1)) in &arms[1] {
-            if let Some((t0, _)) = arms[0].get(pos).filter(|(_, d0)| d0 == d1) {
-                a.push(t0.0);
-                b.push(t1.0);
-                sa.push(t0.1);
-                sb.push(t1.1);
-            }
-        }
-        let (p50a, p99a, p50b, p99b) = (pct(&mut a, 0.5), pct(&mut a, 0.99), pct(&mut b, 0.5), pct(&mut b, 0.99));
-        let (s50a, s99a, s50b, s99b) = (pct(&mut sa, 0.5), pct(&mut sa, 0.99), pct(&mut sb, 0.5), pct(&mut sb, 0.99));
-        println!(
-            "{name:26} {} matched calls of {} and {}: propose p50 {p50a:5} → {p50b:5} ns, p99 {p99a:5} → {p99b:5} ns ({:+} ns); \
-             propose + accept p50 {s50a:5} → {s50b:5} ns, p99 {s99a:5} → {s99b:5} ns ({:+} ns)",
-            a.len(), arms[0].len(), arms[1].len(), p99b as i64 - p99a as i64, s99b as i64 - s99a as i64
-        );
+        matched(name, &pack, &sh, &texts, &s, n_max, None);
     }
+    println!("\n== the same on a cold cache: before each call a read of 64 MiB (twice the last-level cache), as a server's decode streams its weights ==");
+    let mut evict = Evict::new();
+    matched("default control, n_max 8", &pack, &sh, &texts, &s[..8_000], 8, Some(&mut evict));
 
     println!("\n== the live index alone: one feed (a verified token, all its contexts) and one lookup, 200,000 each ==");
     {
