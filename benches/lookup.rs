@@ -234,9 +234,12 @@ fn main() {
     for (name, n_max) in [("default control, n_max 4", 4), ("default control, n_max 8", 8)] {
         matched(name, &pack, &sh, &texts, &s, n_max, None);
     }
-    println!("\n== the same on a cold cache: before each call a read of 64 MiB (twice the last-level cache), as a server's decode streams its weights ==");
-    let mut evict = Evict::new();
-    matched("default control, n_max 8", &pack, &sh, &texts, &s[..8_000], 8, Some(&mut evict));
+    // About 40 s; KOLM_LOOKUP_COLD=0 leaves it out (A/B runs of the warm figures).
+    if std::env::var_os("KOLM_LOOKUP_COLD").is_none_or(|v| v != "0") {
+        println!("\n== the same on a cold cache: before each call a read of 64 MiB (twice the last-level cache), as a server's decode streams its weights ==");
+        let mut evict = Evict::new();
+        matched("default control, n_max 8", &pack, &sh, &texts, &s[..8_000], 8, Some(&mut evict));
+    }
 
     println!("\n== the live index alone: one feed (a verified token, all its contexts) and one lookup, 200,000 each ==");
     {
