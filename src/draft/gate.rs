@@ -17,6 +17,10 @@
 //! prompt beside the other slots' tokens ([`Gate::prompt`]): at `-np 4` prompts were 54% of the wall time, and
 //! whether a window held one or two of them decided its rate more than drafting did.
 //!
+//! A window ends where a server step begins (session 20): the server reports every slot's kept tokens before it
+//! asks for the next drafts, so a step's drafts all count for the arm that made them; windows that ended inside a
+//! step at `-np 4` gave some slots' kept tokens to the other arm and timed two or three decodes by turns.
+//!
 //! A re-measurement of the losing arm is what the gate costs, and when the arms are far apart it needs few
 //! calls: the decision only turns on a difference of [`GateConfig::margin`]. Drafting at 5.7 tokens a step (code
 //! edits, verification nearly free as in vLLM on this CPU) made a window of 48 plain steps the single largest
@@ -171,7 +175,12 @@ impl Gate {
         self.calls += 1;
         self.tokens += 1 + kept;
         self.steps += u32::from(new_step);
-        let full = self.calls >= self.cfg.window || (self.short && self.steps >= self.cfg.short_window.max(1));
+        // A window ends where a server step begins: every slot's drafts of the step before have been verified and
+        // their kept tokens reported (the server accepts before it proposes), so they count for the arm that drafted
+        // them. Ended inside a step, the slots called before the switch drafted under one arm and had their kept
+        // tokens counted for the other: with 4 slots, not drafting read a step's kept tokens faster at every
+        // re-measurement.
+        let full = new_step && (self.calls >= self.cfg.window || (self.short && self.steps >= self.cfg.short_window.max(1)));
         if !full {
             return;
         }
@@ -306,6 +315,43 @@ mod tests {
         run(on_tokens, on_step_ns, off_step_ns, windows).0
     }
 
+    /// A server of `slots` slots in llama-server's order: each step every slot's call (drafting if the gate's arm at
+    /// that call says so), one decode (`on_step_ns` if any slot drafted), then every drafting slot's kept tokens
+    /// (`kept_per_draft` on average). Windows of 10 calls end inside a step, as they do when slots come and go.
+    fn serve_steps(slots: usize, kept_per_draft: f64, on_step_ns: u64, off_step_ns: u64, steps: usize) -> Gate {
+        let cfg = GateConfig { window: 10, explore_every: 4, explore_max: 32, ..GateConfig::default() };
+        let mut g = Gate::new(cfg);
+        let (mut now, mut carry) = (0u64, 0.0);
+        for _ in 0..steps {
+            let mut drafted = 0;
+            for slot in 0..slots {
+                now += 10_000;
+                g.call(now, slot == 0);
+                drafted += usize::from(g.arm() == Arm::On);
+            }
+            now += if drafted > 0 { on_step_ns } else { off_step_ns };
+            carry += drafted as f64 * kept_per_draft;
+            let whole = carry.floor();
+            carry -= whole;
+            g.accepted(whole as usize);
+        }
+        g
+    }
+
+    #[test]
+    fn tokens_kept_after_a_switch_count_for_the_window_that_drafted_them() {
+        // 4 slots; drafting keeps 0.3 tokens a slot a step at 1.2x the step time: 8% faster. Windows that ended inside
+        // a step (10 calls here) counted some slots' kept tokens for the arm that had not drafted them and timed 2 or
+        // 3 decodes a window: the arms read 1.61x apart.
+        let g = serve_steps(4, 0.3, 12_000_000, 10_000_000, 3000);
+        let [on, off] = g.rates().map(Option::unwrap);
+        assert!((on / off - 1.3 / 1.2).abs() < 0.03, "measured {:.3}, true {:.3}", on / off, 1.3 / 1.2);
+        assert!(g.ran[0] > 4 * g.ran[1], "{:?}", g.ran);
+        // One slot: a window's last draft is verified before the next window's first call, as before.
+        let g = serve_steps(1, 0.3, 12_000_000, 10_000_000, 3000);
+        assert!(g.ran[0] > 4 * g.ran[1], "{:?}", g.ran);
+    }
+
     #[test]
     fn drafting_that_pays_runs_most_windows() {
         // Drafting: 2.5 tokens a step at 1.5× the step time: 1.67× faster.
@@ -434,10 +480,11 @@ mod tests {
 
     #[test]
     fn with_several_slots_a_short_window_is_counted_in_steps() {
-        // The same drafting with 4 slots: 3 steps are 12 calls, more than a whole window of 10, which it stays.
+        // The same drafting with 4 slots: 3 steps are 12 calls, and a whole window of 10 calls ends where a step
+        // begins, at 12 as well.
         let (g, calls) = run_slots(4, |_| 5.0, 11_000_000, 10_000_000, 200);
         assert!(g.ran[1] >= 3, "{:?}", g.ran);
-        assert!((10 * g.ran[1]..10 * g.ran[1] + 10).contains(&calls[1]), "off windows of 10 calls: {calls:?} {:?}", g.ran);
+        assert!((12 * g.ran[1]..12 * g.ran[1] + 12).contains(&calls[1]), "off windows of 3 steps: {calls:?} {:?}", g.ran);
     }
 
     #[test]
