@@ -65,7 +65,7 @@ pub(super) fn build_chain(
             .and_then(|ix| ix.find(&mut w).filter(|h| cfg.sure(h)))
             .map(|h| (h.token, Class::pack(h.kind, h.count, h.confidence(), place)));
         let recipe = pack.or_else(|| {
-            let h = lookups.live(&mut w, &s.scratch)?.filter(|h| cfg.sure(h))?;
+            let h = lookups.live(&mut w, &s.scratch).filter(|h| cfg.sure(h))?;
             Some((h.token, Class::live(h.kind, h.count, h.confidence(), place)))
         });
         if copy.is_none() {
@@ -150,11 +150,15 @@ impl<'a> Lookups<'a> {
         self.shared
     }
 
-    /// The live index's recipe at the end of `history`, whose windows are `w`; None without a live index.
+    /// The live index's recipe at the end of `history`, whose windows are `w` (None without a live index).
     #[inline]
-    fn live(&self, w: &mut Windows, history: &[i32]) -> Option<Option<Hit>> {
+    fn live(&self, w: &mut Windows, history: &[i32]) -> Option<Hit> {
         let live = self.live?;
-        Some(if self.shared { live.find_windows(w) } else { live.lookup(history) })
+        if self.shared {
+            live.find_windows(w)
+        } else {
+            live.lookup(history)
+        }
     }
 }
 
