@@ -8,8 +8,9 @@
 
 use crate::draft::context::ContextIndex;
 use crate::draft::enumeration::Enumerations;
+use crate::draft::rewrite::Rewrites;
 use crate::draft::syntax::{Answer, TokenTexts};
-use crate::draft::{next_key, Drafter, DrafterConfig};
+use crate::draft::{copied_token, next_key, Drafter, DrafterConfig};
 use crate::index::Index;
 
 mod ngram_simple;
@@ -124,8 +125,8 @@ pub fn replay(d: &mut impl Proposer, runs: &[Recorded], n_max: usize, beta: impl
 }
 
 /// The ceiling of the evidence itself: at every position the pack's recipe (as confident as the drafter
-/// asks), the request's copy (as long a match as it asks) and, with token texts, the key the prompt's lists
-/// name are looked up on the true history, and an
+/// asks), the request's copy (as long a match as it asks, with the rewrites the answer made so far) and, with
+/// token texts, the key the prompt's lists name are looked up on the true history, and an
 /// oracle drafts exactly the runs where one of them is right, up to `n_max`, and nothing else. No control
 /// can tell right proposals from wrong ones better than this, so it is the ceiling of the drafter with the
 /// same evidence (up to a copy that runs on where a fresh lookup would jump elsewhere); the distance to it
@@ -143,10 +144,11 @@ pub fn oracle(
     if let Some(tx) = texts {
         ctx.set_canon(tx.canonical());
     }
-    let (mut answer, mut key) = (Answer::default(), Vec::new());
+    let (mut answer, mut key, mut rewrites) = (Answer::default(), Vec::new(), Rewrites::default());
     for r in runs {
         let Some((&first, rest)) = r.output.split_first() else { continue };
         ctx.reset(&r.prompt);
+        rewrites.reset(r.prompt.len());
         answer.reset(r.prompt.len());
         let enums = texts.map(|tx| Enumerations::from_prompt(tx, &r.prompt)).unwrap_or_default();
         let mut listed: Option<&[i32]> = None;
@@ -155,7 +157,7 @@ pub fn oracle(
         let mut right = Vec::with_capacity(rest.len());
         let mut last = first;
         for &t in rest {
-            let kept = ctx.sync(&hist, last);
+            let kept = ctx.sync_each(&hist, last, |c, x| rewrites.observe(c, x));
             hist.push(last);
             if let Some(tx) = texts {
                 answer.sync(tx, &hist, kept);
@@ -165,7 +167,7 @@ pub fn oracle(
             }
             let pack = index.and_then(|ix| cfg.recipe(ix, &hist)).is_some_and(|h| h.token == t);
             let copy = cfg.use_context
-                && ctx.find(&[], cfg.ctx_min_n).is_some_and(|c| ctx.token(c) == t)
+                && copied_token(&ctx, &rewrites, cfg.ctx_min_n) == Some(t)
                 && !texts.is_some_and(|tx| tx.is_control(t));
             // A listed key is proposed token by token while the answer spells it.
             let list = listed.is_some_and(|k| k.first() == Some(&t));

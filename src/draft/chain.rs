@@ -3,11 +3,12 @@
 
 use super::class::{Class, N_CLASSES};
 use super::config::DrafterConfig;
-use super::context::{ContextIndex, Copy};
+use super::context::{ContextIndex, Copy, MAX_MATCH};
 use super::control::{may_pay_more, Rates, Verify};
 use super::enumeration::Enumerations;
+use super::rewrite::{Rewrites, Rule};
 use super::seq::Seq;
-use super::syntax::{self, Lex, TokenTexts};
+use super::syntax::{self, Lex, Place, TokenTexts};
 use super::TokenSource;
 use crate::index::{Hit, Index};
 use crate::live::Live;
@@ -69,12 +70,12 @@ pub(super) fn build_chain(
             Some((h.token, Class::live(h.kind, h.count, h.confidence(), place)))
         });
         if copy.is_none() {
-            copy = Copying::find(&s.ctx, s.pred.index(), &s.scratch[keep..], cfg.ctx_min_n, cfg.use_context);
+            copy = Copying::find(&s.ctx, s.pred.index(), &s.rewrites, &s.scratch[keep..], cfg.ctx_min_n, cfg.use_context);
         }
         // A copy never proposes a control token: in the prompt those are the chat template's markers, which
         // the answer does not repeat (on HumanEval the copy of a docstring ran on into `<|im_end|>`).
         let copied = copy
-            .map(|c| (c.token(), Class::copy(c.at.len, c.at.ambiguous, place)))
+            .map(|c| (c.token(), c.class(place)))
             .filter(|&(t, _)| !texts.is_some_and(|tx| tx.is_control(t)));
         if i == 0 && pack.is_none() {
             uncovered = copied.map(|(t, _)| t);
@@ -162,35 +163,102 @@ impl<'a> Lookups<'a> {
     }
 }
 
-/// A copy being drafted, from the text it copies: the request's own or its prediction.
+/// A copy being drafted, from the text it copies: the request's own or its prediction. A copy of the
+/// request's own text proposes, where it reaches a span the answer rewrote before, the answer's version
+/// ([`Rewrites`]) and runs on after the span.
 #[derive(Clone, Copy)]
 struct Copying<'a> {
     from: &'a ContextIndex,
     at: Copy,
     predicted: bool,
+    /// The answer's rewrites (of its own text only) and, while a rule's new text is proposed, the rule and how
+    /// much of that text the chain has.
+    rules: Option<&'a Rewrites>,
+    rewriting: Option<(&'a Rule, usize)>,
 }
 
 impl<'a> Copying<'a> {
     /// The copy after the longer match of the history's end (`own`'s mirror followed by `drafted`): in the
-    /// prediction (when there is one) or in the request's own text (when `use_own`); the prediction on a tie,
-    /// as it is the caller's word on this very answer.
-    fn find(own: &'a ContextIndex, pred: Option<&'a ContextIndex>, drafted: &[i32], min_n: usize, use_own: bool) -> Option<Copying<'a>> {
-        let p = pred.and_then(|ix| Some(Copying { from: ix, at: ix.find_after(own.tokens(), drafted, min_n)?, predicted: true }));
-        let o = use_own.then(|| own.find(drafted, min_n)).flatten().map(|at| Copying { from: own, at, predicted: false });
+    /// prediction (when there is one) or in the request's own text (when `use_own`), read as it is or, where
+    /// it ends in an answer's rewrite, as the text that rewrite replaced; the prediction on a tie, as it is
+    /// the caller's word on this very answer.
+    fn find(own: &'a ContextIndex, pred: Option<&'a ContextIndex>, rules: &'a Rewrites, drafted: &[i32], min_n: usize, use_own: bool) -> Option<Copying<'a>> {
+        let p = pred.and_then(|ix| {
+            Some(Copying { from: ix, at: ix.find_after(own.tokens(), drafted, min_n)?, predicted: true, rules: None, rewriting: None })
+        });
+        let fresh = |at| Copying { from: own, at, predicted: false, rules: Some(rules), rewriting: None }.rewrite();
+        let o = use_own.then(|| own.find(drafted, min_n)).flatten().and_then(fresh);
+        let o = match (o, use_own.then(|| Copying::undone(own, rules, drafted, min_n)).flatten()) {
+            (Some(o), Some(u)) if o.at.len > u.at.len => Some(o),
+            (o, u) => u.or(o),
+        };
         match (p, o) {
             (Some(p), Some(o)) if o.at.len > p.at.len => Some(o),
             (p, o) => p.or(o),
         }
     }
 
+    /// The copy of the text a rewrite replaced, where the history ends in the start of its new text.
+    fn undone(own: &'a ContextIndex, rules: &'a Rewrites, drafted: &[i32], min_n: usize) -> Option<Copying<'a>> {
+        let t = own.tokens();
+        let len = t.len() + drafted.len();
+        let at = |i: usize| if i < t.len() { t[i] } else { drafted[i - t.len()] };
+        let (rule, j, p, n) = rules.undo(t, len, at, min_n, MAX_MATCH)?;
+        let c = Copying { from: own, at: Copy { pos: p, len: n + j, ambiguous: false }, predicted: false, rules: Some(rules), rewriting: Some((rule, j)) };
+        c.rewritten()
+    }
+
+    /// Where this copy stands at a span a rule rewrites: the rule's new text first.
+    fn rewrite(self) -> Option<Copying<'a>> {
+        let rule = self.rules.and_then(|r| r.at(self.from.tokens(), self.at.pos));
+        match rule {
+            Some(rule) => Copying { rewriting: Some((rule, 0)), ..self }.rewritten(),
+            None => Some(self),
+        }
+    }
+
+    /// Past a rule's new text (or with none of it left), the copy goes on after the span it replaced.
+    fn rewritten(self) -> Option<Copying<'a>> {
+        match self.rewriting {
+            Some((rule, j)) if j >= rule.to.len() => {
+                let pos = self.at.pos + rule.from.len();
+                (pos < self.from.tokens().len()).then_some(Copying { at: Copy { pos, ..self.at }, rewriting: None, ..self })
+            }
+            _ => Some(self),
+        }
+    }
+
     fn token(self) -> i32 {
-        self.from.token(self.at)
+        match self.rewriting {
+            Some((rule, j)) => rule.to[j],
+            None => self.from.token(self.at),
+        }
+    }
+
+    /// A rewritten token is evidence of its own kind; the others are copies after their match.
+    fn class(self, place: Place) -> Class {
+        match self.rewriting {
+            Some(_) => Class::rewrite(place),
+            None => Class::copy(self.at.len, self.at.ambiguous, place),
+        }
     }
 
     /// The same copy one token further on; None where its text ends.
     fn advance(self) -> Option<Copying<'a>> {
-        Some(Copying { at: self.from.advance(self.at)?, ..self })
+        match self.rewriting {
+            Some((rule, j)) => {
+                let at = Copy { len: (self.at.len + 1).min(MAX_MATCH), ..self.at };
+                Copying { at, rewriting: Some((rule, j + 1)), ..self }.rewritten()
+            }
+            None => Copying { at: self.from.advance(self.at)?, ..self }.rewrite(),
+        }
     }
+}
+
+/// The token a copy of the request's own text (`ctx`, read with the answer's `rewrites`) proposes next, as
+/// a chain's first token would: the replay's oracle asks it at every position.
+pub fn copied_token(ctx: &ContextIndex, rewrites: &Rewrites, min_n: usize) -> Option<i32> {
+    Copying::find(ctx, None, rewrites, &[], min_n, true).map(Copying::token)
 }
 
 /// Acceptance expected of `c` on a sequence with `rates`: its own counts shrunk towards those all sequences

@@ -28,14 +28,15 @@ const PACK_MIDDLE: (u32, f32) = (2, 0.75);
 const SPLIT_BUCKETS: usize = 3;
 
 /// Kinds of evidence: literal ×3, shape ×3, the live index's literal ×3 and shape ×3, context copy × one per
-/// edge, ambiguous short copies, the next item of a list in the prompt, a copy a recipe agrees with, draft
-/// model.
-pub const N_KINDS: usize = 3 + 3 + 6 + COPY_EDGES.len() + SPLIT_BUCKETS + 1 + 1 + 1;
+/// edge, ambiguous short copies, the next item of a list in the prompt, a copy a recipe agrees with, a
+/// rewrite the answer made before, draft model.
+pub const N_KINDS: usize = 3 + 3 + 6 + COPY_EDGES.len() + SPLIT_BUCKETS + 1 + 1 + 1 + 1;
 /// The first live kind, and the first copy kind.
 const LIVE: usize = 6;
 const COPY: usize = 12;
-const LISTED: usize = N_KINDS - 3;
-const AGREED: usize = N_KINDS - 2;
+const LISTED: usize = N_KINDS - 4;
+const AGREED: usize = N_KINDS - 3;
+const REWRITE: usize = N_KINDS - 2;
 const MODEL: usize = N_KINDS - 1;
 
 /// Number of classes: every kind at every [`Place`].
@@ -56,15 +57,17 @@ pub fn layout() -> String {
 /// - in a value, strong recipes 12–34%, copies 66–81% after 2–12 tokens and 97–100% after more, a short
 ///   copy whose suffix occurred more than once before 11%.
 ///
-/// Where a recipe and a copy disagree the recipe was right only 0–12% of the time, so the copy is taken.
+/// Where a recipe and a copy disagree the recipe was right only 0–12% of the time, so the copy is taken. A
+/// rewrite the answer made before starts as a long copy in code and a value (unmeasured: the rule's own
+/// acceptance is learned per class as any other).
 /// The live index's recipes (the target's own greedy answers to earlier requests, most seen once) start a
 /// little below the pack's. Each sequence then learns its own rates, and all sequences share theirs.
 pub const DEFAULT_PRIOR: [f32; N_CLASSES] = flatten([
     // literal S/M/W, shape S/M/W, live literal S/M/W, live shape S/M/W,
-    // copy 2, 3, 4–5, 6–8, 9–12, 13–20, 21+, ambiguous 2, 3, 4–5, listed, agreed, model
-    [0.7, 0.5, 0.35, 0.7, 0.25, 0.2, 0.65, 0.45, 0.3, 0.6, 0.25, 0.2, 0.6, 0.65, 0.7, 0.85, 0.85, 0.85, 0.9, 0.2, 0.25, 0.3, 0.5, 0.93, 0.7], // code
-    [0.8, 0.3, 0.2, 0.8, 0.25, 0.2, 0.75, 0.3, 0.2, 0.75, 0.25, 0.2, 0.1, 0.15, 0.2, 0.3, 0.5, 0.7, 0.9, 0.05, 0.1, 0.15, 0.85, 0.5, 0.7], // key
-    [0.35, 0.2, 0.1, 0.15, 0.1, 0.1, 0.3, 0.15, 0.1, 0.15, 0.1, 0.1, 0.65, 0.75, 0.75, 0.8, 0.8, 0.95, 0.98, 0.15, 0.3, 0.3, 0.5, 0.95, 0.7], // value
+    // copy 2, 3, 4–5, 6–8, 9–12, 13–20, 21+, ambiguous 2, 3, 4–5, listed, agreed, rewrite, model
+    [0.7, 0.5, 0.35, 0.7, 0.25, 0.2, 0.65, 0.45, 0.3, 0.6, 0.25, 0.2, 0.6, 0.65, 0.7, 0.85, 0.85, 0.85, 0.9, 0.2, 0.25, 0.3, 0.5, 0.93, 0.85, 0.7], // code
+    [0.8, 0.3, 0.2, 0.8, 0.25, 0.2, 0.75, 0.3, 0.2, 0.75, 0.25, 0.2, 0.1, 0.15, 0.2, 0.3, 0.5, 0.7, 0.9, 0.05, 0.1, 0.15, 0.85, 0.5, 0.3, 0.7], // key
+    [0.35, 0.2, 0.1, 0.15, 0.1, 0.1, 0.3, 0.15, 0.1, 0.15, 0.1, 0.1, 0.65, 0.75, 0.75, 0.8, 0.8, 0.95, 0.98, 0.15, 0.3, 0.3, 0.5, 0.95, 0.8, 0.7], // value
 ]);
 
 const fn flatten(t: [[f32; N_KINDS]; N_PLACES]) -> [f32; N_CLASSES] {
@@ -94,6 +97,11 @@ impl Class {
     /// The next item of a list in the prompt, where a key starts.
     pub const fn listed(place: Place) -> Class {
         Class::new(LISTED, place)
+    }
+
+    /// The new text of a span the answer rewrote before, where a copy reaches that span again.
+    pub const fn rewrite(place: Place) -> Class {
+        Class::new(REWRITE, place)
     }
 
     /// A pack recipe and a copy of the request's own text proposing the same token.
@@ -181,7 +189,8 @@ mod tests {
                     seen.insert(c);
                 }
             }
-            seen.extend([Class::model(place), Class::agreed(place), Class::listed(place)]);
+            seen.extend([Class::model(place), Class::agreed(place), Class::listed(place), Class::rewrite(place)]);
+            assert_eq!(Class::rewrite(place).source(), Source::Context);
             assert_eq!(Class::listed(place).source(), Source::Context);
             assert_eq!(Class::agreed(place).source(), Source::Context);
             assert_eq!(Class::model(place).source(), Source::Model);

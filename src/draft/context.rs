@@ -76,6 +76,11 @@ impl ContextIndex {
 
     /// Makes the mirror equal `tokens` followed by `last`; returns how many of its tokens were kept.
     pub fn sync(&mut self, tokens: &[i32], last: i32) -> usize {
+        self.sync_each(tokens, last, |_, _| {})
+    }
+
+    /// [`sync`](Self::sync), showing `each` every token the mirror takes, before it takes it.
+    pub fn sync_each(&mut self, tokens: &[i32], last: i32, mut each: impl FnMut(&ContextIndex, i32)) -> usize {
         let len = tokens.len() + 1;
         let at = |i: usize| if i < tokens.len() { tokens[i] } else { last };
         let m = self.tokens.len();
@@ -90,6 +95,7 @@ impl ContextIndex {
         };
         self.tokens.truncate(common);
         for i in common..len {
+            each(self, at(i));
             self.push(at(i));
         }
         common
@@ -275,6 +281,18 @@ mod tests {
         assert_eq!(p.find_after(&[3, 4], &[], 1), None);
         let x = p.find_after(&[2, 9], &[], 2).unwrap();
         assert_eq!(p.token(x), 6, "matched by canonical ids, like the index it came from");
+    }
+
+    #[test]
+    fn sync_each_shows_every_new_token_before_the_mirror_takes_it() {
+        let mut c = ContextIndex::new(3);
+        c.reset(&[1, 2, 3]);
+        let mut seen = Vec::new();
+        c.sync_each(&[1, 2, 3, 4], 5, |c, x| seen.push((c.tokens().len(), x)));
+        assert_eq!(seen, [(3, 4), (4, 5)]);
+        seen.clear();
+        c.sync_each(&[1, 2], 9, |c, x| seen.push((c.tokens().len(), x)));
+        assert_eq!(seen, [(2, 9)], "after a rollback, from where the mirror was cut");
     }
 
     #[test]

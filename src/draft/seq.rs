@@ -6,12 +6,15 @@ use super::control::{Acceptance, Rates};
 use super::enumeration::Enumerations;
 use super::miss::Pending;
 use super::prediction::Prediction;
+use super::rewrite::Rewrites;
 use super::stats::Stats;
 use super::syntax::{Answer, Lex, TokenTexts};
 
 #[derive(Default)]
 pub(super) struct Seq {
     pub(super) ctx: ContextIndex,
+    /// The edits the answer made to text it copies, proposed again where that text recurs.
+    pub(super) rewrites: Rewrites,
     /// The request's predicted output, when it came with one, and the counts of drafts from it.
     pub(super) pred: Prediction,
     /// Where in the answer's syntax each position falls (read when token texts are attached).
@@ -57,6 +60,7 @@ impl Seq {
     /// timing start over.
     pub(super) fn restart(&mut self, prompt: &[i32], texts: Option<&TokenTexts>) {
         self.ctx.reset(prompt);
+        self.rewrites.reset(prompt.len());
         self.pred.clear();
         self.answer.reset(prompt.len());
         self.enums = texts.map(|t| Enumerations::from_prompt(t, prompt)).unwrap_or_default();

@@ -1,0 +1,219 @@
+//! Rewrites: an edit the answer made to text it copies, made again where that text recurs.
+//!
+//! A code edit re-emits the code with changes, and most changes recur: a renamed function is renamed at
+//! its every call and in its doctests. A copy of the prompt proposes the old name at each of them and is
+//! rejected there; once the answer has written the new name, the copy finds that name where the answer
+//! wrote it first and runs on into the wrong line. Once the answer has left a copy and copied the same text
+//! again a few tokens on, the span it replaced and what it wrote instead make a [`Rule`]: a copy that
+//! reaches that span again (after the same token) proposes the answer's version and runs on after the
+//! span, and a history that ends in the answer's version is looked up as the text it replaced. Replayed on
+//! the 8 held-out code edits (Qwen2.5-Coder-1.5B, 320 tokens), 1.58× → 1.69× on this CPU's verify cost.
+
+use super::context::ContextIndex;
+
+/// Longest span a rule replaces or writes (tokens): a name or a type, not a rewritten block.
+const MAX_SPAN: usize = 12;
+/// Tokens the answer must copy again after leaving a copy for the edit to count as closed.
+const RESYNC: usize = 3;
+/// Match length (tokens) from which the answer counts as copying.
+const ALIGN: usize = 4;
+/// Rules kept per request (the latest).
+const MAX_RULES: usize = 8;
+
+/// The answer wrote `to` where the text it copied had `from`, after `anchor`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rule {
+    /// The token before the replaced span (one token: a renamed name's doctests and calls have other text
+    /// before it than its definition).
+    pub anchor: i32,
+    pub from: Vec<i32>,
+    pub to: Vec<i32>,
+    /// Mirror positions where it applied when it was learned (the prompt's other occurrences): where a
+    /// history that ends in `to` is looked up, as the map of the request's n-grams keeps only the latest
+    /// occurrence of each, which is the answer's own rewritten text.
+    sites: Vec<usize>,
+}
+
+impl Rule {
+    /// Whether the rule applies at mirror position `p` of `t`: the anchor ends there and `from` follows, not
+    /// already rewritten (an insertion's `from` is empty, so the answer's own text would match it).
+    pub fn applies(&self, t: &[i32], p: usize) -> bool {
+        p >= 1
+            && p <= t.len()
+            && t[p - 1] == self.anchor
+            && t[p..].starts_with(&self.from)
+            && !(self.from.is_empty() && t[p..].starts_with(&self.to))
+    }
+}
+
+/// The rules one request's answer has shown, and where the answer stands against the text it copies.
+#[derive(Clone, Debug, Default)]
+pub struct Rewrites {
+    rules: Vec<Rule>,
+    /// Mirror position of the token the answer copies next.
+    aligned: Option<usize>,
+    /// Where the answer left its copy: mirror positions of the token it did not copy and of its own instead.
+    left: Option<(usize, usize)>,
+    /// Mirror position of the answer's next token; another one is a rollback.
+    next: usize,
+}
+
+impl Rewrites {
+    /// A new answer starting at mirror position `start` (after the prompt).
+    pub fn reset(&mut self, start: usize) {
+        *self = Rewrites { next: start, ..Rewrites::default() };
+    }
+
+    /// The answer's next token `x`, before the mirror `ctx` takes it: it goes on copying, leaves the copy, or
+    /// comes back to it. Called for each token in turn, as the copy it follows is looked up before the
+    /// mirror holds the token (the n-gram map keeps only the latest occurrence, which would be its own).
+    pub fn observe(&mut self, ctx: &ContextIndex, x: i32) {
+        let t = ctx.tokens();
+        let i = t.len();
+        if i != self.next {
+            // Rolled back (or the prompt replayed): where the answer stood is unknown again; the rules stay.
+            (self.aligned, self.left) = (None, None);
+        }
+        self.next = i + 1;
+        if self.aligned.is_none() && self.left.is_none() {
+            self.aligned = ctx.find(&[], ALIGN).filter(|c| c.len >= ALIGN).map(|c| c.pos);
+        }
+        if let Some(p) = self.aligned {
+            let copied = t[p] == x;
+            self.aligned = copied.then_some(p + 1);
+            if !copied {
+                self.left = Some((p, i));
+            }
+            return;
+        }
+        let Some((src, ans)) = self.left else { return };
+        let written = i + 1 - ans;
+        if written > MAX_SPAN + RESYNC {
+            self.left = None;
+            return;
+        }
+        if written < RESYNC {
+            return;
+        }
+        // The answer's last RESYNC tokens are the copied text again, at most MAX_SPAN tokens after it left.
+        let tail = |q: usize| t[q..q + RESYNC - 1] == t[i + 1 - RESYNC..] && t[q + RESYNC - 1] == x;
+        let Some(q) = (src..=src + MAX_SPAN).find(|&q| q + RESYNC <= ans && tail(q)) else {
+            return;
+        };
+        let (from, to) = (&t[src..q], &t[ans..i + 1 - RESYNC]);
+        if from != to && src >= 1 {
+            let mut rule = Rule { anchor: t[src - 1], from: from.to_vec(), to: to.to_vec(), sites: Vec::new() };
+            rule.sites = (1..t.len()).filter(|&p| rule.applies(t, p)).collect();
+            // The same text rewritten again: the latest version stands.
+            self.rules.retain(|r| r.anchor != rule.anchor || r.from != rule.from);
+            if self.rules.len() == MAX_RULES {
+                self.rules.remove(0);
+            }
+            self.rules.push(rule);
+        }
+        (self.aligned, self.left) = (Some(q + RESYNC), None);
+    }
+
+    #[cfg(test)]
+    fn rules(&self) -> &[Rule] {
+        &self.rules
+    }
+
+    /// The rule that applies where a copy of `t` stands at position `p` (its next token), if any.
+    pub fn at(&self, t: &[i32], p: usize) -> Option<&Rule> {
+        self.rules.iter().rev().find(|r| r.applies(t, p))
+    }
+
+    /// Where a history of `len` tokens (`at(i)` the i-th) that ends in the start of a rule's new text is
+    /// copied from, read as the text that rule replaced: the rule, how much of its new text the history
+    /// ends with, and the site (the position of the replaced span in `t`) with the longest match of the
+    /// history before it, at least `min_n` tokens and at most `max_match` counted.
+    pub fn undo(&self, t: &[i32], len: usize, at: impl Fn(usize) -> i32, min_n: usize, max_match: usize) -> Option<(&Rule, usize, usize, usize)> {
+        for rule in self.rules.iter().rev() {
+            let Some(j) = (1..=rule.to.len()).rev().find(|&j| {
+                j < len && (0..j).all(|k| at(len - j + k) == rule.to[k]) && at(len - j - 1) == rule.anchor
+            }) else {
+                continue;
+            };
+            let end = len - j;
+            let matched = |p: usize| (0..max_match.min(p).min(end)).take_while(|&k| t[p - 1 - k] == at(end - 1 - k)).count();
+            let best = rule.sites.iter().filter(|&&p| p < t.len() && rule.applies(t, p)).map(|&p| (matched(p), p)).max();
+            if let Some((n, p)) = best.filter(|&(n, _)| n >= min_n.max(1)) {
+                return Some((rule, j, p, n));
+            }
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ctx(prompt: &[i32]) -> ContextIndex {
+        let mut c = ContextIndex::new(8);
+        c.reset(prompt);
+        c
+    }
+
+    /// Feeds `answer` to the mirror in one sync, as an accepted draft arrives.
+    fn answer(c: &mut ContextIndex, r: &mut Rewrites, answer: &[i32]) {
+        let mut hist = c.tokens().to_vec();
+        hist.extend_from_slice(&answer[..answer.len() - 1]);
+        c.sync_each(&hist, answer[answer.len() - 1], |c, x| r.observe(c, x));
+    }
+
+    // 10 20 21 30 stands for `def old_name(x`, 20 21 being the name's tokens.
+    const PROMPT: [i32; 18] = [1, 2, 3, 10, 20, 21, 30, 31, 32, 33, 40, 41, 20, 21, 30, 50, 51, 52];
+
+    #[test]
+    fn a_renamed_name_is_learned_where_the_answer_comes_back_to_the_copy() {
+        let mut c = ctx(&PROMPT);
+        let mut r = Rewrites::default();
+        r.reset(PROMPT.len());
+        // The answer copies `1 2 3 10 20`, writes 22 23 for `21`, then copies `30 31 32 33` again.
+        answer(&mut c, &mut r, &[1, 2, 3, 10, 20, 22, 23, 30, 31, 32, 33]);
+        assert_eq!(r.rules()[0], Rule { anchor: 20, from: vec![21], to: vec![22, 23], sites: vec![5, 13] });
+        // The second occurrence of the old name in the prompt: after 20 comes 21, which the rule rewrites.
+        let t = c.tokens();
+        assert_eq!(r.at(t, 13).map(|x| &x.to[..]), Some(&[22, 23][..]));
+        assert!(r.at(t, 14).is_none(), "the anchor must come right before the replaced span");
+    }
+
+    #[test]
+    fn an_insertion_is_learned_and_not_found_again_where_the_answer_made_it() {
+        let mut c = ctx(&PROMPT);
+        let mut r = Rewrites::default();
+        r.reset(PROMPT.len());
+        // `old_name` → `old_name_v2`: 60 61 inserted after 20 21.
+        answer(&mut c, &mut r, &[1, 2, 3, 10, 20, 21, 60, 61, 30, 31, 32]);
+        // Sites: after each 21 of the prompt, not after the answer's, which the new text already follows.
+        assert_eq!(r.rules()[0], Rule { anchor: 21, from: vec![], to: vec![60, 61], sites: vec![6, 14] });
+        assert!(r.at(c.tokens(), 14).is_some());
+    }
+
+    #[test]
+    fn nothing_is_learned_from_text_that_never_comes_back_or_from_a_long_detour() {
+        let mut c = ctx(&PROMPT);
+        let mut r = Rewrites::default();
+        r.reset(PROMPT.len());
+        answer(&mut c, &mut r, &[1, 2, 3, 10, 20, 21, 70, 71, 72, 73, 74]);
+        assert!(r.rules().is_empty());
+        let mut long = vec![1, 2, 3, 10];
+        long.extend(100..100 + MAX_SPAN as i32 + 1);
+        long.extend([30, 31, 32, 33]);
+        let (mut c, mut r) = (ctx(&PROMPT), Rewrites::default());
+        r.reset(PROMPT.len());
+        answer(&mut c, &mut r, &long);
+        assert!(r.rules().is_empty(), "{:?}", r.rules());
+    }
+
+    #[test]
+    fn an_answer_that_copies_without_change_learns_nothing() {
+        let mut c = ctx(&PROMPT);
+        let mut r = Rewrites::default();
+        r.reset(PROMPT.len());
+        answer(&mut c, &mut r, &PROMPT[..]);
+        assert!(r.rules().is_empty());
+    }
+}
