@@ -244,8 +244,12 @@ impl Drafter {
         s.last_ns = Some(now_ns);
         s.awaiting_accept = false;
         let before = s.ctx.tokens().len();
-        let rewrites = &mut s.rewrites;
-        let kept = if cfg.use_context { s.ctx.sync_each(tokens, id_last, |c, x| rewrites.observe(c, x)) } else { s.ctx.sync(tokens, id_last) };
+        let (rewrites, pred) = (&mut s.rewrites, s.pred.index());
+        let kept = if cfg.use_context || pred.is_some() {
+            s.ctx.sync_each(tokens, id_last, |c, x| rewrites.observe(c, pred, cfg.use_context, x))
+        } else {
+            s.ctx.sync(tokens, id_last)
+        };
         if let Some(texts) = &self.texts {
             s.answer.sync(texts, s.ctx.tokens(), kept);
         }
@@ -749,32 +753,39 @@ mod tests {
 
     #[test]
     fn a_rename_the_answer_made_is_drafted_where_the_old_name_recurs() {
-        // The code calls `20 21` (a name) three times; the answer renames it `20 22 23` everywhere.
+        // The code calls `20 21` (a name) three times; the answer renames it `20 22 23` everywhere. The code is in
+        // the prompt, or only in the request's prediction (the request's own text not copied).
         let code = [8, 9, 10, 11, 20, 21, 30, 31, 32, 33, 5, 40, 41, 20, 21, 50, 51, 52, 53, 6, 44, 45, 20, 21, 60, 61, 62, 63, 7];
-        let prompt: Vec<i32> = [1, 2].iter().chain(&code).chain(&[3]).copied().collect();
         let answer: Vec<i32> = code.iter().flat_map(|&t| if t == 21 { vec![22, 23] } else { vec![t] }).collect();
-        let at = |k: usize| {
-            let mut toks = prompt.clone();
-            toks.extend_from_slice(&answer[..k]);
-            let last = toks.pop().unwrap();
-            (toks, last)
-        };
         let nth = |t: &[i32], n: usize| (0..answer.len()).filter(|&i| answer[i..].starts_with(t)).nth(n).unwrap();
-        let mut d = Drafter::new(None, DrafterConfig { adaptive: false, ..DrafterConfig::default() });
-        d.begin(0, &prompt);
-        let mut out = Vec::new();
-        // At the second call, right after `20`: the prompt's copy would say 21; the answer's rewrite says 22 23.
-        let (toks, last) = at(nth(&[20], 1) + 1);
-        d.propose(0, &toks, last, 6, 0, &mut out);
-        assert_eq!(out[..4], [22, 23, 50, 51], "the new name, then the copy after the old one");
-        // With the new name begun (`20 22`), the rest of it and the text after the third call's old name.
-        let (toks, last) = at(nth(&[20, 22], 2) + 2);
-        d.propose(0, &toks, last, 6, 1, &mut out);
-        assert_eq!(out[..3], [23, 60, 61]);
-        // With it written, the copy goes on where the prompt's old name was, not after an earlier new one.
-        let (toks, last) = at(nth(&[20, 22, 23], 2) + 3);
-        d.propose(0, &toks, last, 6, 2, &mut out);
-        assert_eq!(out[..3], [60, 61, 62]);
+        let in_prompt: Vec<i32> = [1, 2].iter().chain(&code).chain(&[3]).copied().collect();
+        for predicted in [false, true] {
+            let prompt = if predicted { vec![1, 2, 3] } else { in_prompt.clone() };
+            let at = |k: usize| {
+                let mut toks = prompt.clone();
+                toks.extend_from_slice(&answer[..k]);
+                let last = toks.pop().unwrap();
+                (toks, last)
+            };
+            let mut d = Drafter::new(None, DrafterConfig { adaptive: false, use_context: !predicted, ..DrafterConfig::default() });
+            d.begin(0, &prompt);
+            if predicted {
+                d.predict(0, &code);
+            }
+            let mut out = Vec::new();
+            // At the second call, right after `20`: the copy would say 21; the answer's rewrite says 22 23.
+            let (toks, last) = at(nth(&[20], 1) + 1);
+            d.propose(0, &toks, last, 6, 0, &mut out);
+            assert_eq!(out[..4], [22, 23, 50, 51], "the new name, then the copy after the old one ({predicted})");
+            // With the new name begun (`20 22`), the rest of it and the text after the third call's old name.
+            let (toks, last) = at(nth(&[20, 22], 2) + 2);
+            d.propose(0, &toks, last, 6, 1, &mut out);
+            assert_eq!(out[..3], [23, 60, 61], "{predicted}");
+            // With it written, the copy goes on where the old name was, not after an earlier new one.
+            let (toks, last) = at(nth(&[20, 22, 23], 2) + 3);
+            d.propose(0, &toks, last, 6, 2, &mut out);
+            assert_eq!(out[..3], [60, 61, 62], "{predicted}");
+        }
     }
 
     #[test]

@@ -157,7 +157,7 @@ pub fn oracle(
         let mut right = Vec::with_capacity(rest.len());
         let mut last = first;
         for &t in rest {
-            let kept = ctx.sync_each(&hist, last, |c, x| rewrites.observe(c, x));
+            let kept = ctx.sync_each(&hist, last, |c, x| rewrites.observe(c, None, true, x));
             hist.push(last);
             if let Some(tx) = texts {
                 answer.sync(tx, &hist, kept);

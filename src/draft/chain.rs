@@ -6,7 +6,7 @@ use super::config::DrafterConfig;
 use super::context::{ContextIndex, Copy, MAX_MATCH};
 use super::control::{may_pay_more, Rates, Verify};
 use super::enumeration::Enumerations;
-use super::rewrite::{Rewrites, Rule};
+use super::rewrite::{Rewrites, Rule, Text};
 use super::seq::Seq;
 use super::syntax::{self, Lex, Place, TokenTexts};
 use super::TokenSource;
@@ -163,55 +163,52 @@ impl<'a> Lookups<'a> {
     }
 }
 
-/// A copy being drafted, from the text it copies: the request's own or its prediction. A copy of the
-/// request's own text proposes, where it reaches a span the answer rewrote before, the answer's version
-/// ([`Rewrites`]) and runs on after the span.
+/// A copy being drafted, from the text it copies: the request's own or its prediction. A copy proposes,
+/// where it reaches a span the answer rewrote before, the answer's version ([`Rewrites`]) and runs on after
+/// the span.
 #[derive(Clone, Copy)]
 struct Copying<'a> {
     from: &'a ContextIndex,
     at: Copy,
     predicted: bool,
-    /// The answer's rewrites (of its own text only) and, while a rule's new text is proposed, the rule and how
-    /// much of that text the chain has.
-    rules: Option<&'a Rewrites>,
+    /// The answer's rewrites and, while a rule's new text is proposed, the rule and how much of that text the
+    /// chain has.
+    rules: &'a Rewrites,
     rewriting: Option<(&'a Rule, usize)>,
 }
 
 impl<'a> Copying<'a> {
     /// The copy after the longer match of the history's end (`own`'s mirror followed by `drafted`): in the
-    /// prediction (when there is one) or in the request's own text (when `use_own`), read as it is or, where
-    /// it ends in an answer's rewrite, as the text that rewrite replaced; the prediction on a tie, as it is
-    /// the caller's word on this very answer.
+    /// prediction (when there is one) or in the request's own text (when `use_own`), each read as it is or,
+    /// where the history ends in an answer's rewrite, as the text that rewrite replaced; the prediction on a
+    /// tie, as it is the caller's word on this very answer.
     fn find(own: &'a ContextIndex, pred: Option<&'a ContextIndex>, rules: &'a Rewrites, drafted: &[i32], min_n: usize, use_own: bool) -> Option<Copying<'a>> {
-        let p = pred.and_then(|ix| {
-            Some(Copying { from: ix, at: ix.find_after(own.tokens(), drafted, min_n)?, predicted: true, rules: None, rewriting: None })
-        });
-        let fresh = |at| Copying { from: own, at, predicted: false, rules: Some(rules), rewriting: None }.rewrite();
-        let o = use_own.then(|| own.find(drafted, min_n)).flatten().and_then(fresh);
-        let o = match (o, use_own.then(|| Copying::undone(own, rules, drafted, min_n)).flatten()) {
-            (Some(o), Some(u)) if o.at.len > u.at.len => Some(o),
-            (o, u) => u.or(o),
-        };
+        let hist = own.tokens();
+        let copy = |from: &'a ContextIndex, at, predicted| Copying { from, at, predicted, rules, rewriting: None }.rewrite();
+        let p = pred.and_then(|ix| copy(ix, ix.find_after(hist, drafted, min_n)?, true));
+        let p = longer(p, pred.and_then(|ix| Copying::undone(ix, true, rules, hist, drafted, min_n)));
+        let o = use_own.then(|| copy(own, own.find(drafted, min_n)?, false)).flatten();
+        let o = longer(o, use_own.then(|| Copying::undone(own, false, rules, hist, drafted, min_n)).flatten());
         match (p, o) {
             (Some(p), Some(o)) if o.at.len > p.at.len => Some(o),
             (p, o) => p.or(o),
         }
     }
 
-    /// The copy of the text a rewrite replaced, where the history ends in the start of its new text.
-    fn undone(own: &'a ContextIndex, rules: &'a Rewrites, drafted: &[i32], min_n: usize) -> Option<Copying<'a>> {
-        let t = own.tokens();
-        let len = t.len() + drafted.len();
-        let at = |i: usize| if i < t.len() { t[i] } else { drafted[i - t.len()] };
-        let (rule, j, p, n) = rules.undo(t, len, at, min_n, MAX_MATCH)?;
-        let c = Copying { from: own, at: Copy { pos: p, len: n + j, ambiguous: false }, predicted: false, rules: Some(rules), rewriting: Some((rule, j)) };
-        c.rewritten()
+    /// The copy of the text a rewrite replaced in `from`, where the history (`hist` followed by `drafted`)
+    /// ends in the start of its new text.
+    fn undone(from: &'a ContextIndex, predicted: bool, rules: &'a Rewrites, hist: &[i32], drafted: &[i32], min_n: usize) -> Option<Copying<'a>> {
+        let len = hist.len() + drafted.len();
+        let at = |i: usize| if i < hist.len() { hist[i] } else { drafted[i - hist.len()] };
+        let text = if predicted { Text::Predicted } else { Text::Own };
+        let (rule, j, p, n) = rules.undo(text, from.tokens(), len, at, min_n, MAX_MATCH)?;
+        let at = Copy { pos: p, len: n + j, ambiguous: false };
+        Copying { from, at, predicted, rules, rewriting: Some((rule, j)) }.rewritten()
     }
 
     /// Where this copy stands at a span a rule rewrites: the rule's new text first.
     fn rewrite(self) -> Option<Copying<'a>> {
-        let rule = self.rules.and_then(|r| r.at(self.from.tokens(), self.at.pos));
-        match rule {
+        match self.rules.at(self.from.tokens(), self.at.pos) {
             Some(rule) => Copying { rewriting: Some((rule, 0)), ..self }.rewritten(),
             None => Some(self),
         }
@@ -252,6 +249,14 @@ impl<'a> Copying<'a> {
             }
             None => Copying { at: self.from.advance(self.at)?, ..self }.rewrite(),
         }
+    }
+}
+
+/// The copy of the two read as the text a rewrite replaced, where it matches no shorter.
+fn longer<'a>(plain: Option<Copying<'a>>, undone: Option<Copying<'a>>) -> Option<Copying<'a>> {
+    match (plain, undone) {
+        (Some(c), Some(u)) if c.at.len > u.at.len => Some(c),
+        (c, u) => u.or(c),
     }
 }
 

@@ -9,7 +9,7 @@
 //! span, and a history that ends in the answer's version is looked up as the text it replaced. Replayed on
 //! the 8 held-out code edits (Qwen2.5-Coder-1.5B, 320 tokens), 1.58× → 1.69× on this CPU's verify cost.
 
-use super::context::ContextIndex;
+use super::context::{ContextIndex, Copy};
 
 /// Longest span a rule replaces or writes (tokens): a name or a type, not a rewritten block.
 const MAX_SPAN: usize = 12;
@@ -20,6 +20,13 @@ const ALIGN: usize = 4;
 /// Rules kept per request (the latest).
 const MAX_RULES: usize = 8;
 
+/// The texts a copy reads: the request's own (prompt and answer so far) and its prediction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Text {
+    Own = 0,
+    Predicted = 1,
+}
+
 /// The answer wrote `to` where the text it copied had `from`, after `anchor`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Rule {
@@ -28,15 +35,15 @@ pub struct Rule {
     pub anchor: i32,
     pub from: Vec<i32>,
     pub to: Vec<i32>,
-    /// Mirror positions where it applied when it was learned (the prompt's other occurrences): where a
+    /// Positions in each [`Text`] where it applied when it was learned (the prompt's other occurrences): where a
     /// history that ends in `to` is looked up, as the map of the request's n-grams keeps only the latest
     /// occurrence of each, which is the answer's own rewritten text.
-    sites: Vec<usize>,
+    sites: [Vec<usize>; 2],
 }
 
 impl Rule {
-    /// Whether the rule applies at mirror position `p` of `t`: the anchor ends there and `from` follows, not
-    /// already rewritten (an insertion's `from` is empty, so the answer's own text would match it).
+    /// Whether the rule applies at position `p` of `t`: the anchor ends there and `from` follows, not already
+    /// rewritten (an insertion's `from` is empty, so the answer's own text would match it).
     pub fn applies(&self, t: &[i32], p: usize) -> bool {
         p >= 1
             && p <= t.len()
@@ -46,14 +53,57 @@ impl Rule {
     }
 }
 
-/// The rules one request's answer has shown, and where the answer stands against the text it copies.
+/// Where the answer stands against one text it copies: at which position it copies it, or where it left it.
+#[derive(Clone, Copy, Debug, Default)]
+struct Track {
+    /// Position of the token the answer copies next.
+    aligned: Option<usize>,
+    /// Where the answer left its copy: the position of the token it did not copy, and of its own instead in
+    /// the answer's mirror.
+    left: Option<(usize, usize)>,
+}
+
+impl Track {
+    /// The answer (`hist`, the mirror so far) takes `x`; `src` is the text it copies, `find` the copy of the
+    /// answer's end in it, and `own`: `src` is the mirror itself. Returns the edit (anchor, from, to) the
+    /// answer closed with `x`, if any.
+    fn step(&mut self, src: &[i32], hist: &[i32], x: i32, own: bool, find: impl FnOnce() -> Option<Copy>) -> Option<(i32, Vec<i32>, Vec<i32>)> {
+        let i = hist.len();
+        if self.aligned.is_none() && self.left.is_none() {
+            self.aligned = find().filter(|c| c.len >= ALIGN).map(|c| c.pos);
+        }
+        if let Some(p) = self.aligned {
+            let copied = src.get(p) == Some(&x);
+            self.aligned = copied.then_some(p + 1);
+            // Past the end of a prediction there is nothing to come back to.
+            self.left = (!copied && p < src.len()).then_some((p, i));
+            return None;
+        }
+        let (s0, ans) = self.left?;
+        let written = i + 1 - ans;
+        if written > MAX_SPAN + RESYNC {
+            self.left = None;
+            return None;
+        }
+        if written < RESYNC {
+            return None;
+        }
+        // The answer's last RESYNC tokens are the copied text again, at most MAX_SPAN tokens after it left (the
+        // request's own text: before where the answer left it).
+        let end = if own { ans } else { src.len() };
+        let tail = |q: usize| src[q..q + RESYNC - 1] == hist[i + 1 - RESYNC..] && src[q + RESYNC - 1] == x;
+        let q = (s0..=s0 + MAX_SPAN).find(|&q| q + RESYNC <= end && tail(q))?;
+        (self.aligned, self.left) = (Some(q + RESYNC), None);
+        let (from, to) = (&src[s0..q], &hist[ans..i + 1 - RESYNC]);
+        (from != to && s0 >= 1).then(|| (src[s0 - 1], from.to_vec(), to.to_vec()))
+    }
+}
+
+/// The rules one request's answer has shown, and where the answer stands against each text it copies.
 #[derive(Clone, Debug, Default)]
 pub struct Rewrites {
     rules: Vec<Rule>,
-    /// Mirror position of the token the answer copies next.
-    aligned: Option<usize>,
-    /// Where the answer left its copy: mirror positions of the token it did not copy and of its own instead.
-    left: Option<(usize, usize)>,
+    tracks: [Track; 2],
     /// Mirror position of the answer's next token; another one is a rollback.
     next: usize,
 }
@@ -64,46 +114,28 @@ impl Rewrites {
         *self = Rewrites { next: start, ..Rewrites::default() };
     }
 
-    /// The answer's next token `x`, before the mirror `ctx` takes it: it goes on copying, leaves the copy, or
-    /// comes back to it. Called for each token in turn, as the copy it follows is looked up before the
-    /// mirror holds the token (the n-gram map keeps only the latest occurrence, which would be its own).
-    pub fn observe(&mut self, ctx: &ContextIndex, x: i32) {
-        let t = ctx.tokens();
-        let i = t.len();
-        if i != self.next {
+    /// The answer's next token `x`, before the mirror `own` takes it: against the request's own text (when
+    /// `use_own`) and its prediction (`pred`), it goes on copying, leaves the copy, or comes back to it.
+    /// Called for each token in turn, as the copy it follows is looked up before the mirror holds the token
+    /// (the n-gram map keeps only the latest occurrence, which would be its own).
+    pub fn observe(&mut self, own: &ContextIndex, pred: Option<&ContextIndex>, use_own: bool, x: i32) {
+        let hist = own.tokens();
+        if hist.len() != self.next {
             // Rolled back (or the prompt replayed): where the answer stood is unknown again; the rules stay.
-            (self.aligned, self.left) = (None, None);
+            self.tracks = Default::default();
         }
-        self.next = i + 1;
-        if self.aligned.is_none() && self.left.is_none() {
-            self.aligned = ctx.find(&[], ALIGN).filter(|c| c.len >= ALIGN).map(|c| c.pos);
+        self.next = hist.len() + 1;
+        let mut learned = [None, None];
+        if use_own {
+            learned[0] = self.tracks[0].step(hist, hist, x, true, || own.find(&[], ALIGN));
         }
-        if let Some(p) = self.aligned {
-            let copied = t[p] == x;
-            self.aligned = copied.then_some(p + 1);
-            if !copied {
-                self.left = Some((p, i));
-            }
-            return;
+        if let Some(p) = pred {
+            learned[1] = self.tracks[1].step(p.tokens(), hist, x, false, || p.find_after(hist, &[], ALIGN));
         }
-        let Some((src, ans)) = self.left else { return };
-        let written = i + 1 - ans;
-        if written > MAX_SPAN + RESYNC {
-            self.left = None;
-            return;
-        }
-        if written < RESYNC {
-            return;
-        }
-        // The answer's last RESYNC tokens are the copied text again, at most MAX_SPAN tokens after it left.
-        let tail = |q: usize| t[q..q + RESYNC - 1] == t[i + 1 - RESYNC..] && t[q + RESYNC - 1] == x;
-        let Some(q) = (src..=src + MAX_SPAN).find(|&q| q + RESYNC <= ans && tail(q)) else {
-            return;
-        };
-        let (from, to) = (&t[src..q], &t[ans..i + 1 - RESYNC]);
-        if from != to && src >= 1 {
-            let mut rule = Rule { anchor: t[src - 1], from: from.to_vec(), to: to.to_vec(), sites: Vec::new() };
-            rule.sites = (1..t.len()).filter(|&p| rule.applies(t, p)).collect();
+        for (anchor, from, to) in learned.into_iter().flatten() {
+            let mut rule = Rule { anchor, from, to, sites: Default::default() };
+            let sites = |t: &[i32]| (1..t.len()).filter(|&p| rule.applies(t, p)).collect();
+            rule.sites = [sites(hist), pred.map_or_else(Vec::new, |p| sites(p.tokens()))];
             // The same text rewritten again: the latest version stands.
             self.rules.retain(|r| r.anchor != rule.anchor || r.from != rule.from);
             if self.rules.len() == MAX_RULES {
@@ -111,7 +143,6 @@ impl Rewrites {
             }
             self.rules.push(rule);
         }
-        (self.aligned, self.left) = (Some(q + RESYNC), None);
     }
 
     #[cfg(test)]
@@ -125,10 +156,10 @@ impl Rewrites {
     }
 
     /// Where a history of `len` tokens (`at(i)` the i-th) that ends in the start of a rule's new text is
-    /// copied from, read as the text that rule replaced: the rule, how much of its new text the history
-    /// ends with, and the site (the position of the replaced span in `t`) with the longest match of the
+    /// copied from in `text` (`t`), read as the text that rule replaced: the rule, how much of its new text
+    /// the history ends with, and the site (the position of the replaced span) with the longest match of the
     /// history before it, at least `min_n` tokens and at most `max_match` counted.
-    pub fn undo(&self, t: &[i32], len: usize, at: impl Fn(usize) -> i32, min_n: usize, max_match: usize) -> Option<(&Rule, usize, usize, usize)> {
+    pub fn undo(&self, text: Text, t: &[i32], len: usize, at: impl Fn(usize) -> i32, min_n: usize, max_match: usize) -> Option<(&Rule, usize, usize, usize)> {
         for rule in self.rules.iter().rev() {
             let Some(j) = (1..=rule.to.len()).rev().find(|&j| {
                 j < len && (0..j).all(|k| at(len - j + k) == rule.to[k]) && at(len - j - 1) == rule.anchor
@@ -137,8 +168,8 @@ impl Rewrites {
             };
             let end = len - j;
             let matched = |p: usize| (0..max_match.min(p).min(end)).take_while(|&k| t[p - 1 - k] == at(end - 1 - k)).count();
-            let best = rule.sites.iter().filter(|&&p| p < t.len() && rule.applies(t, p)).map(|&p| (matched(p), p)).max();
-            if let Some((n, p)) = best.filter(|&(n, _)| n >= min_n.max(1)) {
+            let sites = rule.sites[text as usize].iter().filter(|&&p| p < t.len() && rule.applies(t, p));
+            if let Some((n, p)) = sites.map(|&p| (matched(p), p)).max().filter(|&(n, _)| n >= min_n.max(1)) {
                 return Some((rule, j, p, n));
             }
         }
@@ -160,7 +191,7 @@ mod tests {
     fn answer(c: &mut ContextIndex, r: &mut Rewrites, answer: &[i32]) {
         let mut hist = c.tokens().to_vec();
         hist.extend_from_slice(&answer[..answer.len() - 1]);
-        c.sync_each(&hist, answer[answer.len() - 1], |c, x| r.observe(c, x));
+        c.sync_each(&hist, answer[answer.len() - 1], |c, x| r.observe(c, None, true, x));
     }
 
     // 10 20 21 30 stands for `def old_name(x`, 20 21 being the name's tokens.
@@ -173,7 +204,7 @@ mod tests {
         r.reset(PROMPT.len());
         // The answer copies `1 2 3 10 20`, writes 22 23 for `21`, then copies `30 31 32 33` again.
         answer(&mut c, &mut r, &[1, 2, 3, 10, 20, 22, 23, 30, 31, 32, 33]);
-        assert_eq!(r.rules()[0], Rule { anchor: 20, from: vec![21], to: vec![22, 23], sites: vec![5, 13] });
+        assert_eq!(r.rules()[0], Rule { anchor: 20, from: vec![21], to: vec![22, 23], sites: [vec![5, 13], vec![]] });
         // The second occurrence of the old name in the prompt: after 20 comes 21, which the rule rewrites.
         let t = c.tokens();
         assert_eq!(r.at(t, 13).map(|x| &x.to[..]), Some(&[22, 23][..]));
@@ -188,7 +219,7 @@ mod tests {
         // `old_name` → `old_name_v2`: 60 61 inserted after 20 21.
         answer(&mut c, &mut r, &[1, 2, 3, 10, 20, 21, 60, 61, 30, 31, 32]);
         // Sites: after each 21 of the prompt, not after the answer's, which the new text already follows.
-        assert_eq!(r.rules()[0], Rule { anchor: 21, from: vec![], to: vec![60, 61], sites: vec![6, 14] });
+        assert_eq!(r.rules()[0], Rule { anchor: 21, from: vec![], to: vec![60, 61], sites: [vec![6, 14], vec![]] });
         assert!(r.at(c.tokens(), 14).is_some());
     }
 
