@@ -126,12 +126,23 @@ impl ContextIndex {
     /// [`find`](Self::find) for a history kept elsewhere (`hist` followed by `drafted`): where in this index
     /// its end occurred, so another text (a request's predicted output) can be copied from.
     pub fn find_after(&self, hist: &[i32], drafted: &[i32], min_n: usize) -> Option<Copy> {
+        self.find_between(hist, drafted, min_n, self.max_n)
+    }
+
+    /// Where the mirror's last `n` tokens occurred last before (by one lookup, not the longest suffix first):
+    /// whether the end of `hist` copies text here, asked for every token an answer takes.
+    pub fn find_last(&self, hist: &[i32], n: usize) -> Option<Copy> {
+        self.find_between(hist, &[], n, n)
+    }
+
+    /// [`find_after`](Self::find_after) over suffixes of `min_n` to `max_n` tokens.
+    fn find_between(&self, hist: &[i32], drafted: &[i32], min_n: usize, max_n: usize) -> Option<Copy> {
         let (m, past) = (self.tokens.len(), hist.len());
         let len = past + drafted.len();
         let at = |i: usize| self.key(if i < past { hist[i] } else { drafted[i - past] });
         let mut keys = [0u64; 8];
         let mut h = SuffixHasher::new();
-        let top = self.max_n.min(len);
+        let top = max_n.min(self.max_n).min(len);
         for k in 1..=top {
             h.push(at(len - k) as u32);
             keys[k - 1] = h.key();
@@ -264,6 +275,7 @@ mod tests {
             let min_n = rng.usize(1..=max_n);
             let c = ctx(&mirror, max_n);
             assert_eq!(c.find(&drafted, min_n), naive(&mirror, &drafted, max_n, min_n), "{mirror:?} + {drafted:?}, n {min_n}..={max_n}");
+            assert_eq!(c.find_last(&mirror, min_n), naive(&mirror, &[], min_n, min_n), "{mirror:?}, n {min_n}");
         }
     }
 

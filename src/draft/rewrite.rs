@@ -127,10 +127,10 @@ impl Rewrites {
         self.next = hist.len() + 1;
         let mut learned = [None, None];
         if use_own {
-            learned[0] = self.tracks[0].step(hist, hist, x, true, || own.find(&[], ALIGN));
+            learned[0] = self.tracks[0].step(hist, hist, x, true, || own.find_last(hist, ALIGN));
         }
         if let Some(p) = pred {
-            learned[1] = self.tracks[1].step(p.tokens(), hist, x, false, || p.find_after(hist, &[], ALIGN));
+            learned[1] = self.tracks[1].step(p.tokens(), hist, x, false, || p.find_last(hist, ALIGN));
         }
         for (anchor, from, to) in learned.into_iter().flatten() {
             let mut rule = Rule { anchor, from, to, sites: Default::default() };
