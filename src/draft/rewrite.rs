@@ -181,29 +181,26 @@ impl Rewrites {
 mod tests {
     use super::*;
 
-    fn ctx(prompt: &[i32]) -> ContextIndex {
-        let mut c = ContextIndex::new(8);
-        c.reset(prompt);
-        c
-    }
-
-    /// Feeds `answer` to the mirror in one sync, as an accepted draft arrives.
-    fn answer(c: &mut ContextIndex, r: &mut Rewrites, answer: &[i32]) {
-        let mut hist = c.tokens().to_vec();
-        hist.extend_from_slice(&answer[..answer.len() - 1]);
-        c.sync_each(&hist, answer[answer.len() - 1], |c, x| r.observe(c, None, true, x));
-    }
-
     // 10 20 21 30 stands for `def old_name(x`, 20 21 being the name's tokens.
     const PROMPT: [i32; 18] = [1, 2, 3, 10, 20, 21, 30, 31, 32, 33, 40, 41, 20, 21, 30, 50, 51, 52];
 
-    #[test]
-    fn a_renamed_name_is_learned_where_the_answer_comes_back_to_the_copy() {
-        let mut c = ctx(&PROMPT);
+    /// The mirror of PROMPT followed by `answer`, fed in one sync (as an accepted draft arrives), and the rewrites
+    /// learned from it.
+    fn learned(answer: &[i32]) -> (ContextIndex, Rewrites) {
+        let mut c = ContextIndex::new(8);
+        c.reset(&PROMPT);
         let mut r = Rewrites::default();
         r.reset(PROMPT.len());
+        let mut hist = c.tokens().to_vec();
+        hist.extend_from_slice(&answer[..answer.len() - 1]);
+        c.sync_each(&hist, answer[answer.len() - 1], |c, x| r.observe(c, None, true, x));
+        (c, r)
+    }
+
+    #[test]
+    fn a_renamed_name_is_learned_where_the_answer_comes_back_to_the_copy() {
         // The answer copies `1 2 3 10 20`, writes 22 23 for `21`, then copies `30 31 32 33` again.
-        answer(&mut c, &mut r, &[1, 2, 3, 10, 20, 22, 23, 30, 31, 32, 33]);
+        let (c, r) = learned(&[1, 2, 3, 10, 20, 22, 23, 30, 31, 32, 33]);
         assert_eq!(r.rules()[0], Rule { anchor: 20, from: vec![21], to: vec![22, 23], sites: [vec![5, 13], vec![]] });
         // The second occurrence of the old name in the prompt: after 20 comes 21, which the rule rewrites.
         let t = c.tokens();
@@ -213,38 +210,21 @@ mod tests {
 
     #[test]
     fn an_insertion_is_learned_and_not_found_again_where_the_answer_made_it() {
-        let mut c = ctx(&PROMPT);
-        let mut r = Rewrites::default();
-        r.reset(PROMPT.len());
         // `old_name` → `old_name_v2`: 60 61 inserted after 20 21.
-        answer(&mut c, &mut r, &[1, 2, 3, 10, 20, 21, 60, 61, 30, 31, 32]);
+        let (c, r) = learned(&[1, 2, 3, 10, 20, 21, 60, 61, 30, 31, 32]);
         // Sites: after each 21 of the prompt, not after the answer's, which the new text already follows.
         assert_eq!(r.rules()[0], Rule { anchor: 21, from: vec![], to: vec![60, 61], sites: [vec![6, 14], vec![]] });
         assert!(r.at(c.tokens(), 14).is_some());
     }
 
     #[test]
-    fn nothing_is_learned_from_text_that_never_comes_back_or_from_a_long_detour() {
-        let mut c = ctx(&PROMPT);
-        let mut r = Rewrites::default();
-        r.reset(PROMPT.len());
-        answer(&mut c, &mut r, &[1, 2, 3, 10, 20, 21, 70, 71, 72, 73, 74]);
-        assert!(r.rules().is_empty());
+    fn nothing_is_learned_from_text_that_never_comes_back_from_a_long_detour_or_a_faithful_copy() {
+        assert!(learned(&[1, 2, 3, 10, 20, 21, 70, 71, 72, 73, 74]).1.rules().is_empty());
         let mut long = vec![1, 2, 3, 10];
         long.extend(100..100 + MAX_SPAN as i32 + 1);
         long.extend([30, 31, 32, 33]);
-        let (mut c, mut r) = (ctx(&PROMPT), Rewrites::default());
-        r.reset(PROMPT.len());
-        answer(&mut c, &mut r, &long);
+        let (_, r) = learned(&long);
         assert!(r.rules().is_empty(), "{:?}", r.rules());
-    }
-
-    #[test]
-    fn an_answer_that_copies_without_change_learns_nothing() {
-        let mut c = ctx(&PROMPT);
-        let mut r = Rewrites::default();
-        r.reset(PROMPT.len());
-        answer(&mut c, &mut r, &PROMPT[..]);
-        assert!(r.rules().is_empty());
+        assert!(learned(&PROMPT).1.rules().is_empty());
     }
 }
