@@ -129,8 +129,8 @@ impl ContextIndex {
         self.find_between(hist, drafted, min_n, self.max_n)
     }
 
-    /// Where the mirror's last `n` tokens occurred last before (by one lookup, not the longest suffix first):
-    /// whether the end of `hist` copies text here, asked for every token an answer takes.
+    /// Where in this index the last `n` tokens of `hist` occurred last (one lookup, not the longest suffix
+    /// first): whether the end of `hist` copies text here, asked for every token an answer takes.
     pub fn find_last(&self, hist: &[i32], n: usize) -> Option<Copy> {
         self.find_between(hist, &[], n, n)
     }
