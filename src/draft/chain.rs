@@ -201,7 +201,7 @@ impl<'a> Copying<'a> {
         let len = hist.len() + drafted.len();
         let at = |i: usize| if i < hist.len() { hist[i] } else { drafted[i - hist.len()] };
         let text = if predicted { Text::Predicted } else { Text::Own };
-        let (rule, j, p, n) = rules.undo(text, from.tokens(), len, at, min_n, MAX_MATCH)?;
+        let (rule, j, p, n) = rules.undo(text, from.tokens(), len, at, min_n)?;
         let at = Copy { pos: p, len: (n + j).min(MAX_MATCH), ambiguous: false };
         Copying { from, at, predicted, rules, rewriting: Some((rule, j)) }.rewritten()
     }

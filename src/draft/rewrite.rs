@@ -9,7 +9,7 @@
 //! span, and a history that ends in the answer's version is looked up as the text it replaced. Replayed on
 //! the 8 held-out code edits (Qwen2.5-Coder-1.5B, 320 tokens), 1.58× → 1.69× on this CPU's verify cost.
 
-use super::context::{ContextIndex, Copy};
+use super::context::{ContextIndex, Copy, MAX_MATCH};
 
 /// Longest span a rule replaces or writes (tokens): a name or a type, not a rewritten block.
 const MAX_SPAN: usize = 12;
@@ -158,8 +158,8 @@ impl Rewrites {
     /// Where a history of `len` tokens (`at(i)` the i-th) that ends in the start of a rule's new text is
     /// copied from in `text` (`t`), read as the text that rule replaced: the rule, how much of its new text
     /// the history ends with, and the site (the position of the replaced span) with the longest match of the
-    /// history before it, at least `min_n` tokens and at most `max_match` counted.
-    pub fn undo(&self, text: Text, t: &[i32], len: usize, at: impl Fn(usize) -> i32, min_n: usize, max_match: usize) -> Option<(&Rule, usize, usize, usize)> {
+    /// history before it, at least `min_n` tokens and at most [`MAX_MATCH`] counted.
+    pub fn undo(&self, text: Text, t: &[i32], len: usize, at: impl Fn(usize) -> i32, min_n: usize) -> Option<(&Rule, usize, usize, usize)> {
         for rule in self.rules.iter().rev() {
             let Some(j) = (1..=rule.to.len()).rev().find(|&j| {
                 j < len && (0..j).all(|k| at(len - j + k) == rule.to[k]) && at(len - j - 1) == rule.anchor
@@ -167,7 +167,7 @@ impl Rewrites {
                 continue;
             };
             let end = len - j;
-            let matched = |p: usize| (0..max_match.min(p).min(end)).take_while(|&k| t[p - 1 - k] == at(end - 1 - k)).count();
+            let matched = |p: usize| (0..MAX_MATCH.min(p).min(end)).take_while(|&k| t[p - 1 - k] == at(end - 1 - k)).count();
             let sites = rule.sites[text as usize].iter().filter(|&&p| p < t.len() && rule.applies(t, p));
             if let Some((n, p)) = sites.map(|&p| (matched(p), p)).max().filter(|&(n, _)| n >= min_n.max(1)) {
                 return Some((rule, j, p, n));
