@@ -89,11 +89,12 @@ fn verify_batches_are_bitwise_on_qwen_q4_k_m() {
 
 #[test]
 fn multi_column_kernels_are_bitwise_their_single_column_originals() {
-    // Random blocks, several row lengths, 1..16 columns: what one model's shapes would not all reach.
+    // Random blocks, several row lengths, 1..16 columns: what one model's shapes would not all reach; and
+    // patch 0011's quantize_row_q8_K against ggml's reference on rows with ties, zero blocks, NaN, infinity.
     let dir = common::scratch("c-ncols-kernels");
     let exe = dir.join("ncols_kernels");
     common::cc(&["tests/c/ncols_kernels.c"], &exe, false, false);
     let (ok, out) = run(&mut Command::new(&exe));
     assert!(ok, "{out}");
-    assert!(out.contains("PASS") || out.contains("nothing to check"), "{out}");
+    assert!(out.contains("PASS"), "{out}");
 }

@@ -1,10 +1,13 @@
-// The multi-column kernels of patches 0002 and 0005 against their single-column originals, bit for bit.
+// The multi-column kernels of patches 0002 and 0005 against their single-column originals, bit for bit,
+// and patch 0011's vectorised quantize_row_q8_K against ggml's reference.
 //
 // Patch 0002 adds ggml_gemv_q4_K_8x8_q8_K_ncols (repacked Q4_K, up to 16 columns per pass over the
 // weights) and patch 0005 ggml_vec_dot_q6_K_q8_K_ncols (Q6_K). Each must give every column exactly what
 // the kernel that decodes a single token gives it; the whole-model check (batch_invariance.c) covers the
 // shapes one model happens to have, this one random blocks, odd lengths and every column count 1..16.
 // The kernels exist only in x86 builds with AVX2; elsewhere the program says so and passes.
+// quantize_row_q8_K feeds every K-quant matmul, one column or many: it must equal quantize_row_q8_K_ref
+// (ties of |x|, zero blocks, NaN and infinity included).
 //
 //   ncols_kernels            exit 0 when every result is bitwise equal, 1 otherwise
 #define _GNU_SOURCE
@@ -27,6 +30,7 @@ typedef struct { ggml_fp16_t d[8]; ggml_fp16_t dmin[8]; uint8_t scales[96]; uint
 typedef void (*vec_dot_fn)(int, float *, size_t, const void *, size_t, const void *, size_t, int);
 typedef void (*q6_ncols_fn)(int, float *, const void *, const void *, size_t, int);
 typedef void (*gemv_fn)(int, float *, size_t, const void *, const void *, int, int);
+typedef void (*quantize_fn)(const float *, void *, int64_t);
 
 static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
 static uint32_t rnd(void) {
@@ -121,6 +125,49 @@ static int check_q4(gemv_fn one, gemv_fn many, int n) {
     return bad;
 }
 
+// Rows of several magnitudes, with the awkward cases the reference handles its own way: an element of
+// each sign at the row's maximum |x| (the first one sets the scale), an all-zero block, NaN, infinity.
+static int check_quantize(quantize_fn fast, quantize_fn ref) {
+    enum { NB = 6, ROWS = 64 };
+    float * x = malloc(sizeof(float) * QK_K * NB);
+    block_q8_K * got = malloc(sizeof(block_q8_K) * NB);
+    block_q8_K * want = malloc(sizeof(block_q8_K) * NB);
+    int bad = 0;
+    for (int r = 0; r < ROWS; r++) {
+        const float mag = r % 4 == 0 ? 1e-3f : r % 4 == 1 ? 1.0f : r % 4 == 2 ? 37.5f : 1e4f;
+        for (int i = 0; i < QK_K * NB; i++) {
+            x[i] = unit() * mag;
+        }
+        x[5] = 2 * mag;
+        x[6] = -2 * mag; // a tie of |x| with the other sign: the reference keeps the first
+        x[QK_K + 200] = -3 * mag;
+        x[QK_K + 7] = 3 * mag;
+        for (int i = 2 * QK_K; i < 3 * QK_K; i++) {
+            x[i] = r % 2 ? 0.0f : -0.0f;
+        }
+        if (r % 8 == 3) {
+            x[3 * QK_K + 17] = __builtin_nanf("");
+        }
+        if (r % 8 == 5) {
+            x[4 * QK_K + 100] = -__builtin_inff();
+        }
+        // the bytes the reference leaves alone (a zero block's bsums) must match too
+        memset(got, 0x5A, sizeof(block_q8_K) * NB);
+        memset(want, 0x5A, sizeof(block_q8_K) * NB);
+        fast(x, got, QK_K * NB);
+        ref(x, want, QK_K * NB);
+        if (memcmp(got, want, sizeof(block_q8_K) * NB) != 0) {
+            if (bad++ < 5) {
+                printf("quantize_row_q8_K row %d differs from quantize_row_q8_K_ref\n", r);
+            }
+        }
+    }
+    free(x);
+    free(got);
+    free(want);
+    return bad;
+}
+
 int main(void) {
     // The CPU backend's kernels are not part of ggml's API: load the library from the directory of the
     // libggml-base this program is linked with (the build's bin directory) and look them up by name. Not by
@@ -142,12 +189,21 @@ int main(void) {
     q6_ncols_fn q6_many = (q6_ncols_fn) dlsym(cpu, "ggml_vec_dot_q6_K_q8_K_ncols");
     gemv_fn q4_one = (gemv_fn) dlsym(cpu, "ggml_gemv_q4_K_8x8_q8_K");
     gemv_fn q4_many = (gemv_fn) dlsym(cpu, "ggml_gemv_q4_K_8x8_q8_K_ncols");
+    quantize_fn q8k = (quantize_fn) dlsym(cpu, "quantize_row_q8_K");
+    quantize_fn q8k_ref = (quantize_fn) dlsym(RTLD_DEFAULT, "quantize_row_q8_K_ref");
+    int bad = 0, checked = 0;
+    if (q8k && q8k_ref) {
+        bad += check_quantize(q8k, q8k_ref);
+        checked++;
+    } else {
+        printf("FAIL: quantize_row_q8_K or quantize_row_q8_K_ref not found\n");
+        return 1;
+    }
     if (!q6_many && !q4_many) {
-        printf("no multi-column kernels in this build (not x86 with AVX2): nothing to check\n");
-        return 0;
+        printf("%s: quantize_row_q8_K %s; no multi-column kernels in this build (not x86 with AVX2)\n", bad ? "FAIL" : "PASS", bad ? "differs" : "equal");
+        return bad ? 1 : 0;
     }
     const int lengths[] = { 256, 1536, 2304, 8960 };
-    int bad = 0, checked = 0;
     for (size_t i = 0; i < sizeof(lengths) / sizeof(lengths[0]); i++) {
         if (q6_one && q6_many) {
             bad += check_q6(q6_one, q6_many, lengths[i]);
@@ -158,7 +214,7 @@ int main(void) {
             checked++;
         }
     }
-    printf("%s: %d mismatching results in %d kernel x length checks (1..%d columns)\n", bad ? "FAIL" : "PASS", bad, checked, NCOLS);
+    printf("%s: %d mismatching results in %d checks (quantize_row_q8_K; kernel x length, 1..%d columns)\n", bad ? "FAIL" : "PASS", bad, checked, NCOLS);
     dlclose(cpu);
     return bad ? 1 : 0;
 }
