@@ -321,9 +321,11 @@ impl Drafter {
         }
         let n = s.chain.len();
         let best = best_length(&p[..n], &verify, &cost[..n], need);
+        // Tokens expected right nearly always pass the gate, as long as they pay by the control's own rule.
+        let sure = self.gate.as_ref().map_or(0, |gate| p[..n].iter().take_while(|&&x| x >= gate.pass()).count());
         let g = if gated {
             s.stats.steps_gated += 1;
-            0
+            best_length(&p[..sure], &verify, &cost[..sure], need)
         } else if !cfg.adaptive || model_probe {
             n
         } else if best > 0 && s.drafting_run >= cfg.calibrate_every {
@@ -370,6 +372,9 @@ impl Drafter {
         let expected = 1.0 + p[..g].iter().scan(1.0f64, |run, &pi| { *run *= f64::from(pi); Some(*run) }).sum::<f64>();
         self.rounds.record(seq, g + 1, expected);
         s.awaiting_accept = g > 0;
+        if let Some(gate) = self.gate.as_mut().filter(|_| g > 0 && g <= sure) {
+            gate.sure();
+        }
         s.drafting_run = if g > 0 { s.drafting_run + 1 } else { 0 };
         if g > 0 {
             s.stats.drafts += 1;
@@ -472,6 +477,8 @@ mod tests {
     use super::step::Layout;
     use super::*;
     use crate::pack::tests::{lit, meta};
+    use gate::GateConfig;
+    use syntax::Place;
     use crate::pack::{Entry, Pack};
 
 
@@ -749,6 +756,60 @@ mod tests {
         let short = [10, 11, 12, 13, 50, 51, 11];
         d.begin(0, &short);
         assert_eq!(d.propose(0, &short, 12, 15, 1, &mut out), 0, "{out:?}");
+    }
+
+    #[test]
+    fn a_short_copy_of_the_answer_is_its_own_kind_of_evidence() {
+        // The prompt holds `10 11 12`; the answer wrote `20 21 22` and then `20 21` again.
+        let prompt = [1, 2, 10, 11, 12, 13, 3];
+        let mut d = Drafter::new(None, DrafterConfig { adaptive: false, ..DrafterConfig::default() });
+        d.begin(0, &prompt);
+        let mut out = Vec::new();
+        let mut toks: Vec<i32> = prompt.iter().chain(&[20, 21, 22, 30, 20]).copied().collect();
+        d.propose(0, &toks, 21, 1, 0, &mut out);
+        assert_eq!(out, [22]);
+        assert_eq!(d.seqs[0].chain[0].1, Class::copy(2, false, true, Place::Code), "a copy of what the answer wrote");
+        toks.extend([21, 22, 40]);
+        d.propose(0, &toks, 10, 1, 1, &mut out);
+        toks.push(10);
+        d.propose(0, &toks, 11, 1, 2, &mut out);
+        assert_eq!(out, [12]);
+        assert_eq!(d.seqs[0].chain[0].1, Class::copy(2, false, false, Place::Code), "a copy of the prompt");
+    }
+
+    #[test]
+    fn sure_copies_are_drafted_while_the_gate_is_off() {
+        let gate = GateConfig { window: 2, pass: 0.9, ..GateConfig::default() };
+        let mut d = Drafter::new(None, DrafterConfig { gate: Some(gate), ..DrafterConfig::default() });
+        // Nothing to copy, and steps timed slow while the gate's arm drafts: it switches drafting off.
+        d.begin(0, &[1]);
+        let (mut toks, mut now, mut out) = (vec![1], 0u64, Vec::new());
+        for t in 1000..1100 {
+            d.propose(0, &toks, t, 15, now, &mut out);
+            toks.push(t);
+            let on = d.gate().unwrap().arm() == Arm::On;
+            if t >= 1040 && !on {
+                break;
+            }
+            now += if on { 100 } else { 10 } * 1_000_000;
+        }
+        let gate = d.gate().unwrap();
+        assert_eq!(gate.arm(), Arm::Off);
+        assert!(gate.rates()[1] > gate.rates()[0], "{:?}", gate.rates());
+        // A copy after a 20-token match is sure (each token expected right ≥ 90%): drafted all the same.
+        let passage: Vec<i32> = (100..140).collect();
+        let mut prompt = vec![1, 2];
+        prompt.extend(&passage);
+        prompt.extend([7, 8]);
+        d.begin(0, &prompt);
+        let mut toks = prompt.clone();
+        toks.extend(&passage[..20]);
+        let gated = d.global_stats().steps_gated;
+        let g = d.propose(0, &toks, passage[20], 15, now + 10_000_000, &mut out);
+        assert_eq!(d.global_stats().steps_gated, gated + 1, "the call was gated");
+        assert!(g >= 4, "several tokens: {g}");
+        assert_eq!(out, passage[21..21 + g]);
+        assert_eq!(d.gate().unwrap().sure_steps, 0, "the step it drafted for is cut when it is timed");
     }
 
     #[test]

@@ -574,12 +574,12 @@ fn load_draft(model: &Model, want: &str, d: &DraftChoice, cfg: &EngineConfig) ->
     Ok((Box::new(md), backend))
 }
 
-/// "on 40 / off 9 windows (62.1 / 55.0 tok/s)": how the measured gate ran.
+/// "on 40 / off 9 windows (62.1 / 55.0 tok/s), 120 sure steps": how the measured gate ran.
 fn gate_line(g: Option<&crate::draft::gate::Gate>) -> String {
     let Some(g) = g else { return "none".into() };
     let rate = |r: Option<f64>| r.map_or("?".into(), |r| format!("{r:.1}"));
     let [on, off] = g.rates();
-    format!("on {} / off {} windows ({} / {} tok/s)", g.ran[0], g.ran[1], rate(on), rate(off))
+    format!("on {} / off {} windows ({} / {} tok/s), {} sure steps", g.ran[0], g.ran[1], rate(on), rate(off), g.sure_steps)
 }
 
 impl Drop for Engine {

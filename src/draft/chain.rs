@@ -70,7 +70,7 @@ pub(super) fn build_chain(
             Some((h.token, Class::live(h.kind, h.count, h.confidence(), place)))
         });
         if copy.is_none() {
-            copy = Copying::find(&s.ctx, s.pred.index(), &s.rewrites, &s.scratch[keep..], cfg.ctx_min_n, cfg.use_context);
+            copy = Copying::find(&s.ctx, s.pred.index(), &s.rewrites, &s.scratch[keep..], cfg.ctx_min_n, cfg.use_context, s.answer.start());
         }
         // A copy never proposes a control token: in the prompt those are the chat template's markers, which
         // the answer does not repeat (on HumanEval the copy of a docstring ran on into `<|im_end|>`).
@@ -171,6 +171,9 @@ struct Copying<'a> {
     from: &'a ContextIndex,
     at: Copy,
     predicted: bool,
+    /// Mirror position of the answer's first token: a copy of the request's own text from here on copies
+    /// what the answer wrote, not the prompt.
+    answer_start: usize,
     /// The answer's rewrites and, while a rule's new text is proposed, the rule and how much of that text the
     /// chain has.
     rules: &'a Rewrites,
@@ -181,29 +184,30 @@ impl<'a> Copying<'a> {
     /// The copy after the longer match of the history's end (`own`'s mirror followed by `drafted`): in the
     /// prediction (when there is one) or in the request's own text (when `use_own`), each read as it is or,
     /// where the history ends in an answer's rewrite, as the text that rewrite replaced; the prediction on a
-    /// tie, as it is the caller's word on this very answer.
-    fn find(own: &'a ContextIndex, pred: Option<&'a ContextIndex>, rules: &'a Rewrites, drafted: &[i32], min_n: usize, use_own: bool) -> Option<Copying<'a>> {
+    /// tie, as it is the caller's word on this very answer. The answer starts at `answer_start` of the mirror.
+    fn find(own: &'a ContextIndex, pred: Option<&'a ContextIndex>, rules: &'a Rewrites, drafted: &[i32], min_n: usize, use_own: bool, answer_start: usize) -> Option<Copying<'a>> {
         let hist = own.tokens();
-        let copy = |from: &'a ContextIndex, at, predicted| Copying { from, at, predicted, rules, rewriting: None }.rewrite();
+        let base = |from, at, predicted| Copying { from, at, predicted, answer_start, rules, rewriting: None };
+        let copy = |from: &'a ContextIndex, at, predicted| base(from, at, predicted).rewrite();
         let p = pred.and_then(|ix| copy(ix, ix.find_after(hist, drafted, min_n)?, true));
-        let p = longer(p, pred.and_then(|ix| Copying::undone(ix, true, rules, hist, drafted, min_n)));
+        let p = longer(p, pred.and_then(|ix| Copying::undone(base(ix, Copy::default(), true), hist, drafted, min_n)));
         let o = use_own.then(|| copy(own, own.find(drafted, min_n)?, false)).flatten();
-        let o = longer(o, use_own.then(|| Copying::undone(own, false, rules, hist, drafted, min_n)).flatten());
+        let o = longer(o, use_own.then(|| Copying::undone(base(own, Copy::default(), false), hist, drafted, min_n)).flatten());
         match (p, o) {
             (Some(p), Some(o)) if o.at.len > p.at.len => Some(o),
             (p, o) => p.or(o),
         }
     }
 
-    /// The copy of the text a rewrite replaced in `from`, where the history (`hist` followed by `drafted`)
+    /// The copy of the text a rewrite replaced in `c.from`, where the history (`hist` followed by `drafted`)
     /// ends in the start of its new text.
-    fn undone(from: &'a ContextIndex, predicted: bool, rules: &'a Rewrites, hist: &[i32], drafted: &[i32], min_n: usize) -> Option<Copying<'a>> {
+    fn undone(c: Copying<'a>, hist: &[i32], drafted: &[i32], min_n: usize) -> Option<Copying<'a>> {
         let len = hist.len() + drafted.len();
         let at = |i: usize| if i < hist.len() { hist[i] } else { drafted[i - hist.len()] };
-        let text = if predicted { Text::Predicted } else { Text::Own };
-        let (rule, j, p, n) = rules.undo(text, from.tokens(), len, at, min_n)?;
+        let text = if c.predicted { Text::Predicted } else { Text::Own };
+        let (rule, j, p, n) = c.rules.undo(text, c.from.tokens(), len, at, min_n)?;
         let at = Copy { pos: p, len: (n + j).min(MAX_MATCH), ambiguous: false };
-        Copying { from, at, predicted, rules, rewriting: Some((rule, j)) }.rewritten()
+        Copying { at, rewriting: Some((rule, j)), ..c }.rewritten()
     }
 
     /// Where this copy stands at a span a rule rewrites: the rule's new text first.
@@ -232,11 +236,12 @@ impl<'a> Copying<'a> {
         }
     }
 
-    /// A rewritten token is evidence of its own kind; the others are copies after their match.
+    /// A rewritten token is evidence of its own kind; the others are copies after their match, of the
+    /// prompt or the prediction, or of what the answer wrote.
     fn class(self, place: Place) -> Class {
         match self.rewriting {
             Some(_) => Class::rewrite(place),
-            None => Class::copy(self.at.len, self.at.ambiguous, place),
+            None => Class::copy(self.at.len, self.at.ambiguous, !self.predicted && self.at.pos >= self.answer_start, place),
         }
     }
 
@@ -263,7 +268,7 @@ fn longer<'a>(plain: Option<Copying<'a>>, undone: Option<Copying<'a>>) -> Option
 /// The token a copy of the request's own text (`ctx`, read with the answer's `rewrites`) proposes next, as
 /// a chain's first token would: the replay's oracle asks it at every position.
 pub fn copied_token(ctx: &ContextIndex, rewrites: &Rewrites, min_n: usize) -> Option<i32> {
-    Copying::find(ctx, None, rewrites, &[], min_n, true).map(Copying::token)
+    Copying::find(ctx, None, rewrites, &[], min_n, true, 0).map(Copying::token)
 }
 
 /// Acceptance expected of `c` on a sequence with `rates`: its own counts shrunk towards those all sequences

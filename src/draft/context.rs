@@ -178,7 +178,7 @@ impl ContextIndex {
 pub const MAX_MATCH: usize = 32;
 
 /// A copy of the request's own text: the token at mirror position `pos` follows a match of `len` tokens.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Copy {
     pub pos: usize,
     pub len: usize,
