@@ -3,7 +3,8 @@
 //! rest on calls other slots shape, split calls and prompts decoded between steps, and served at `-np 4` the
 //! control drafted at 61% acceptance and ran at 0.86× of the same server drafting nothing. So the drafter
 //! also measures what it is for: tokens produced per second over all sequences, in windows of `propose` calls
-//! alternating between the control drafting as it sees fit ("on") and not drafting at all ("off"). The
+//! alternating between the control drafting as it sees fit ("on") and not drafting at all ("off"; sure drafts,
+//! which both arms make, are no arm's: [`GateConfig::pass`]). The
 //! faster arm runs; the other is re-measured now and then: after [`GateConfig::explore_every`] windows at
 //! first, then after twice as many each time the re-measurement confirms the choice (up to
 //! [`GateConfig::explore_max`]), back to the shortest interval when it overturns it. A steady choice so pays
