@@ -266,7 +266,8 @@ fn longer<'a>(plain: Option<Copying<'a>>, undone: Option<Copying<'a>>) -> Option
 }
 
 /// The token a copy of the request's own text (`ctx`, read with the answer's `rewrites`) proposes next, as
-/// a chain's first token would: the replay's oracle asks it at every position.
+/// a chain's first token would: the replay's oracle asks it at every position (for the token only, so where the
+/// answer starts, which only a copy's class reads, is not given).
 pub fn copied_token(ctx: &ContextIndex, rewrites: &Rewrites, min_n: usize) -> Option<i32> {
     Copying::find(ctx, None, rewrites, &[], min_n, true, 0).map(Copying::token)
 }
