@@ -23,6 +23,7 @@ pub mod control;
 pub mod enumeration;
 pub mod gate;
 mod miss;
+pub mod onepass;
 pub mod model;
 mod prediction;
 pub mod rewrite;

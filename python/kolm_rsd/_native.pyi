@@ -95,6 +95,7 @@ class Drafter:
         n_max: int = ...,
         adaptive: bool = True,
         shared_gain: float | None = None,
+        one_pass: bool = False,
         context: bool = True,
         live: bool = True,
         miss_log: StrPath | None = None,
@@ -106,7 +107,9 @@ class Drafter:
         turn). ``pack`` is checked against the texts' fingerprint (:class:`TokenizerMismatchError`).
         ``adaptive=False`` turns the break-even control off (drafts whatever the evidence gives);
         ``shared_gain`` is the margin over a plain step a draft must promise when other sequences share the
-        verify call (the plugin's ``shared_gain=``; None: its default, 0.25);
+        verify call (the plugin's ``shared_gain=``; None: its default, 0.25); ``one_pass=True``: every step is one
+        forward pass of all sequences' tokens with no call limit (vLLM), its cost learned per row count and
+        drafted token, instead of llama-server's calls and passes;
         ``context=False`` drafts from the pack alone; ``live=False`` turns off the live index (recipes learned
         from the answers this drafter has seen, in memory); ``miss_log`` collects what no recipe predicted.
         """

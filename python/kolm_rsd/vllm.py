@@ -13,7 +13,9 @@ pack cannot ride in it. A pack for another tokenizer stops the server with :clas
 
 **Shared steps.** ``KOLM_RSD_SHARED_GAIN`` sets the margin over a plain step that a draft must promise when other
 requests share the verify step (the llama.cpp plugin's ``shared_gain=``); default 0.05, lower than the plugin's 0.25
-because vLLM verifies a step's drafts at about the cost of one step.
+because vLLM verifies a step's drafts at about the cost of one step. A step's cost is learned as vLLM runs it, one
+forward pass of every request's tokens, priced per request and per drafted token (``KOLM_RSD_ONE_PASS=0``: priced
+as llama-server's calls of at most 16 tokens instead, kept to measure the difference).
 
 **Acceptance.** vLLM has no accept callback. The next step's ``sampled_token_ids`` of a request are the draft
 tokens the target kept followed by one token of its own, so the tokens accepted are the common prefix of the
@@ -103,6 +105,10 @@ class Proposer:
             options.setdefault("shared_gain", _SHARED_GAIN if gain is None else float(gain))
         except ValueError:
             raise ValueError(f"KOLM_RSD_SHARED_GAIN={gain!r} is not a number") from None
+        one_pass = os.environ.get("KOLM_RSD_ONE_PASS", "1")
+        if one_pass not in ("0", "1"):
+            raise ValueError(f"KOLM_RSD_ONE_PASS={one_pass!r} is not 0 or 1")
+        options.setdefault("one_pass", one_pass == "1")
         self.drafter = Drafter(texts, pack=self.pack, control_tokens=control, n_seq=n_seq, n_max=self.k, **options)
         self._requests: dict[tuple[bytes, int], _Request] = {}
         self._free = list(range(n_seq - 1, -1, -1))

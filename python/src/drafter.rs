@@ -4,6 +4,7 @@
 
 use crate::error::{engine_error, KolmRsdError};
 use crate::tokens::{token_ids, token_texts, views};
+use kolm_rsd::draft::step::Layout;
 use kolm_rsd::engine::{Engine, EngineConfig, LiveChoice, MISS_LOG_CAP, SHARED_GAIN_RANGE};
 use kolm_rsd::ffi::api::KolmRsdStats;
 use pyo3::exceptions::PyValueError;
@@ -44,7 +45,7 @@ impl Drafter {
     /// as bytes or str) are `token_texts`, in id order. `control_tokens`: ids a copy of the prompt must never
     /// propose (chat-template markers, end of turn). `pack` is checked against the texts' fingerprint.
     #[new]
-    #[pyo3(signature = (token_texts, *, pack=None, control_tokens=None, n_seq=1, n_max=MAX_DRAFT, adaptive=true, shared_gain=None, context=true, live=true, miss_log=None, miss_log_cap=MISS_LOG_CAP))]
+    #[pyo3(signature = (token_texts, *, pack=None, control_tokens=None, n_seq=1, n_max=MAX_DRAFT, adaptive=true, shared_gain=None, one_pass=false, context=true, live=true, miss_log=None, miss_log_cap=MISS_LOG_CAP))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -55,6 +56,7 @@ impl Drafter {
         n_max: usize,
         adaptive: bool,
         shared_gain: Option<f64>,
+        one_pass: bool,
         context: bool,
         live: bool,
         miss_log: Option<PathBuf>,
@@ -71,7 +73,8 @@ impl Drafter {
         let texts = self::token_texts(token_texts)?;
         let control: HashSet<i32> = control_tokens.unwrap_or_default().into_iter().collect();
         let live = if live { LiveChoice::Memory } else { LiveChoice::Off };
-        let cfg = EngineConfig { n_seq, n_max, adaptive, shared_gain, use_context: context, live, pack, miss_log, miss_log_cap, ..EngineConfig::default() };
+        let layout = one_pass.then_some(Layout::OnePass);
+        let cfg = EngineConfig { n_seq, n_max, adaptive, shared_gain, layout, use_context: context, live, pack, miss_log, miss_log_cap, ..EngineConfig::default() };
         let engine = py.detach(|| Engine::from_texts(&views(&texts), |t| control.contains(&t), cfg)).map_err(engine_error)?;
         Ok(Drafter::wrap(engine))
     }

@@ -103,6 +103,16 @@ def test_the_shared_step_margin_comes_from_the_environment_and_is_checked(model_
         Proposer(config(model_dir), vocab=vocab)
 
 
+def test_steps_are_priced_as_one_pass_unless_the_environment_says_otherwise(model_dir, vocab, monkeypatch):
+    monkeypatch.delenv("KOLM_RSD_ONE_PASS", raising=False)
+    Proposer(config(model_dir), vocab=vocab)
+    monkeypatch.setenv("KOLM_RSD_ONE_PASS", "0")
+    Proposer(config(model_dir), vocab=vocab)
+    monkeypatch.setenv("KOLM_RSD_ONE_PASS", "yes")
+    with pytest.raises(ValueError, match="KOLM_RSD_ONE_PASS='yes'"):
+        Proposer(config(model_dir), vocab=vocab)
+
+
 def test_drafts_for_every_row_learn_acceptance_and_follow_rows_that_move(model_dir, vocab, monkeypatch):
     monkeypatch.delenv("KOLM_RSD_PACK", raising=False)
     texts, control = vocab

@@ -6,6 +6,7 @@
 //! γ = 0 (score 1) means drafting does not pay. d is the drafter's own cost: zero for pack and n-gram
 //! lookups, one draft-model step (measured) for each token a draft model proposes.
 
+use super::onepass::OnePassCost;
 use super::step::{passes, Layout, Shared, CALL_MAX};
 
 /// Size of the per-length tables (β, acceptance per position, the counters' β).
@@ -59,6 +60,10 @@ pub struct BetaModel {
     fits: [PassFit; 2],
     /// The layout given by the user (`kv=`), or None to take the one that fits.
     forced: Option<Layout>,
+    /// Under [`Layout::OnePass`] (vLLM) steps of several rows are timed by rows and drafted tokens; a row alone
+    /// keeps the table, which follows the bumps of one row's cost (measured at one client: drafts of up to four
+    /// tokens cost nothing there, where one line through rows and lengths said 6% a token).
+    one_pass: Option<OnePassCost>,
 }
 
 /// Steps of several passes under one [`Layout`]: running mean of ln(measured / sum of the passes' β) and of its
@@ -81,10 +86,11 @@ impl PassFit {
     }
 }
 
+/// The fit of a llama-server layout (a one-pass model's steps are timed by [`OnePassCost`], never fitted).
 fn index(layout: Layout) -> usize {
     match layout {
         Layout::Split => 0,
-        Layout::Unified => 1,
+        Layout::Unified | Layout::OnePass => 1,
     }
 }
 
@@ -109,12 +115,14 @@ impl BetaModel {
             beta: table,
             fits: [PassFit::default(); 2],
             forced: None,
+            one_pass: None,
         }
     }
 
-    /// Takes `layout` as llama-server's instead of learning it.
+    /// Takes `layout` as the server's instead of learning it.
     pub fn with_layout(mut self, layout: Option<Layout>) -> BetaModel {
         self.forced = layout;
+        self.one_pass = (layout == Some(Layout::OnePass)).then(OnePassCost::default);
         self
     }
 
@@ -127,6 +135,14 @@ impl BetaModel {
     /// β of a step in which slot `j < n` verifies `tokens(j)`: one pass is its bucket; several are the sum of theirs,
     /// scaled by what such steps were measured to take against that sum (never below the dearest pass).
     pub fn step(&self, n: usize, tokens: impl Fn(usize) -> usize) -> f64 {
+        if let Some(op) = &self.one_pass {
+            let (rows, drafted) = rows_drafted((0..n).map(&tokens));
+            return match rows {
+                0 => 1.0,
+                1 => self.beta((0..n).map(tokens).sum()),
+                _ => op.beta(rows, drafted),
+            };
+        }
         let layout = self.layout();
         let (mut count, mut sum, mut dearest) = (0, 0.0, 0.0f64);
         passes(n, tokens, layout, |t| {
@@ -144,10 +160,13 @@ impl BetaModel {
 
     /// β for `verified` tokens (1 = plain step). Past [`CALL_MAX`] tokens llama-server splits the batch into
     /// calls of at most that many (patch 0004), each paying its own fixed cost: their sum, scaled by what such steps
-    /// were measured to take against it.
+    /// were measured to take against it. Under [`Layout::OnePass`] there is no call limit.
     #[inline]
     pub fn beta(&self, verified: usize) -> f64 {
         let v = verified.max(1);
+        if self.one_pass.is_some() {
+            return self.beta[v.min(BUCKETS - 1)];
+        }
         if v <= CALL_MAX {
             return self.beta[v];
         }
@@ -168,8 +187,17 @@ impl BetaModel {
     }
 
     /// Records that a step in which slot j verified `tokens[j]` took `dt_ns`. A step of one pass (under either
-    /// layout) measures its bucket; one of several passes measures how each layout's sum of passes fits it.
+    /// layout) measures its bucket; one of several passes measures how each layout's sum of passes fits it. Under
+    /// [`Layout::OnePass`] a step of one row measures its bucket, one of several the rows' fit.
     pub fn observe_step(&mut self, tokens: &[usize], dt_ns: u64) {
+        if let Some(op) = &mut self.one_pass {
+            match rows_drafted(tokens.iter().copied()) {
+                (0, _) => {}
+                (1, drafted) => self.observe(drafted + 1, dt_ns),
+                (rows, drafted) => op.observe(rows, drafted, dt_ns),
+            }
+            return;
+        }
         let mut fit = [(0usize, 0.0f64, 0usize); 2]; // (passes, sum of β, tokens of the last pass)
         for layout in [Layout::Split, Layout::Unified] {
             let f = &mut fit[index(layout)];
@@ -194,7 +222,7 @@ impl BetaModel {
 
     /// Records that one pass verifying `verified` tokens (a sequence alone) took `dt_ns`.
     pub fn observe(&mut self, verified: usize, dt_ns: u64) {
-        if verified > CALL_MAX {
+        if verified >= BUCKETS || (verified > CALL_MAX && self.one_pass.is_none()) {
             return;
         }
         let m = verified.max(1);
@@ -249,6 +277,11 @@ impl BetaModel {
             self.beta[m] = est.max(self.beta[m - 1]);
         }
     }
+}
+
+/// Rows that verify something, and the tokens they draft (all but the one each samples anyway).
+fn rows_drafted(tokens: impl Iterator<Item = usize>) -> (usize, usize) {
+    tokens.filter(|&t| t > 0).fold((0, 0), |(r, d), t| (r + 1, d + t - 1))
 }
 
 /// Adds `x` to a running `mean` of `samples` measurements: past [`CLIP_AFTER`] samples `x` counts at most [`CLIP`]
@@ -494,6 +527,39 @@ mod tests {
         // Past 16 tokens a call is split in two (patch 0004), and the second costs a whole call again.
         assert!(split.beta(17) - split.beta(16) >= 0.99, "{} {}", split.beta(17), split.beta(16));
         assert!((split.beta(40) - (2.0 * split.beta(16) + split.beta(8))).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_one_pass_step_prices_drafted_tokens_apart_from_rows() {
+        // vLLM-like: 70 ms a step, 15 ms per further row, 3 ms per drafted token; steps of six rows.
+        let mut b = BetaModel::new(DEFAULT_BETA_PRIOR).with_layout(Some(Layout::OnePass));
+        assert_eq!(b.layout(), Layout::OnePass);
+        for i in 0..300usize {
+            let tokens: Vec<usize> = (0..6).map(|j| 1 + (i * 7 + j * 3) % 9).collect();
+            let drafted: usize = tokens.iter().map(|t| t - 1).sum();
+            b.observe_step(&tokens, (145_000_000 + 3_000_000 * drafted) as u64);
+        }
+        let six = Shared { tokens: &[0, 1, 1, 1, 1, 1], seq: 0, expected: 5.0 };
+        let v = Verify::new(&b, &six);
+        // A token drafted beside five rows adds 3 ms to a 145 ms step yielding 6 tokens: a 20% one pays, a 10%
+        // one does not, and likely ones are drafted as long as the proposer may.
+        assert_eq!(best_length(&[0.2; 8], &v, &[], 1.0), 1);
+        assert_eq!(best_length(&[0.1; 8], &v, &[], 1.0), 0);
+        assert_eq!(best_length(&[0.9; 8], &v, &[], 1.0), 8);
+        // Priced as llama-server's one call of 6 + γ tokens, each drafted token cost 10% of the step.
+        let llama = BetaModel::new(DEFAULT_BETA_PRIOR).with_layout(Some(Layout::Unified));
+        assert_eq!(best_length(&[0.2; 8], &Verify::new(&llama, &six), &[], 1.0), 0);
+        assert!(best_length(&[0.9; 8], &Verify::new(&llama, &six), &[], 1.0) < 8);
+        let wide = Shared { tokens: &[0, 3, 3, 3, 3, 3], seq: 0, expected: 12.0 };
+        assert!(b.step(6, wide.with(9)) - b.step(6, wide.with(8)) < 0.05, "no call limit at 24 tokens");
+        // A row alone is priced by the table, learned from one-row steps only: here drafts cost nothing.
+        let before = b.step(6, six.with(4));
+        for _ in 0..100 {
+            b.observe_step(&[1], 70_000_000);
+            b.observe_step(&[0, 5, 0], 70_000_000);
+        }
+        assert!((b.beta(5) - 1.0).abs() < 0.05 && (b.step(3, |j| [0, 5, 0][j]) - b.beta(5)).abs() < 1e-12, "{}", b.beta(5));
+        assert_eq!(b.step(6, six.with(4)), before, "one-row steps leave the rows' fit alone");
     }
 
     /// Steps of `shape` that take `cost(passes)` plain steps of 10 ms, with one-pass steps of 4 slots between.

@@ -12,11 +12,14 @@
 pub const CALL_MAX: usize = 16;
 
 /// How llama.cpp cuts a decode call into forward passes: one KV stream per slot (`split_equal`, llama-server's
-/// default with an explicit `-np`) or one unified stream (`-kvu`, or `-np` left to auto): the whole call.
+/// default with an explicit `-np`) or one unified stream (`-kvu`, or `-np` left to auto): the whole call. Or a
+/// server that runs every step as one pass of all its tokens, with no call limit (vLLM; its cost is
+/// [`super::onepass`]'s).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Layout {
     Split,
     Unified,
+    OnePass,
 }
 
 /// Calls `call(slots)` for every decode call strict batching (patch 0004's `strict_chunk`) makes of a step in
@@ -44,6 +47,13 @@ pub fn calls(n: usize, tokens: impl Fn(usize) -> usize, mut call: impl FnMut(std
 /// Calls `pass(tokens)` for every forward pass of a step in which slot `j < n` verifies `tokens(j)` tokens
 /// (0: not generating), in the order llama.cpp runs them.
 pub fn passes(n: usize, tokens: impl Fn(usize) -> usize, layout: Layout, mut pass: impl FnMut(usize)) {
+    if layout == Layout::OnePass {
+        let total: usize = (0..n).map(&tokens).sum();
+        if total > 0 {
+            pass(total);
+        }
+        return;
+    }
     calls(n, &tokens, |slots| {
         // (slot, tokens left) of the call's generating slots: at most CALL_MAX of them, as each has a token.
         let mut call = [(0usize, 0usize); CALL_MAX];
@@ -56,7 +66,7 @@ pub fn passes(n: usize, tokens: impl Fn(usize) -> usize, layout: Layout, mut pas
             len += 1;
         }
         match layout {
-            Layout::Unified => pass(call[..len].iter().map(|e| e.1).sum()),
+            Layout::Unified | Layout::OnePass => pass(call[..len].iter().map(|e| e.1).sum()),
             Layout::Split => split_equal(&mut call[..len], &mut pass),
         }
     });
@@ -249,6 +259,8 @@ mod tests {
         assert_eq!(list(&[5, 5, 5, 5], Split), [15, 5], "whole slots, at most 16 tokens a call");
         assert_eq!(list(&[16, 1], Unified), [16, 1]);
         assert_eq!(list(&[0, 0], Split), Vec::<usize>::new());
+        assert_eq!(list(&[5, 5, 5, 5, 1, 0, 9], OnePass), [30], "vLLM: one pass, no call limit");
+        assert_eq!(list(&[0, 0], OnePass), Vec::<usize>::new());
     }
 
     #[test]

@@ -1,0 +1,188 @@
+//! The cost of a step that is one forward pass of every row's tokens, as vLLM runs it: no call limit and no
+//! passes per slot (those are llama-server's, [`super::step`]). What a step costs there depends on two counts
+//! that a table of "tokens verified" mixes up: each row (request) brings its own sampling, bookkeeping and
+//! attention, each drafted token only its share of the forward pass. Measured with Qwen2.5-Coder-0.5B on this
+//! CPU: a step of six rows took 147 ms against 71 for one, while four drafted tokens added 8–17% to a one-row
+//! step (docs/vllm.md). Judged by llama-server's table, a token drafted beside five other rows cost 10% of the
+//! step and a seventeenth token a second call, and kolm-rsd drafted a quarter of what suffix decoding did at 8
+//! clients. So a step of several rows is fitted as `level(rows) + slope · drafted`: a level per row count, one
+//! slope for all. (A row alone keeps [`super::control::BetaModel`]'s table, which follows the bumps of one
+//! row's cost by length.)
+
+/// A drafted token's cost before any measurement, as a share of a one-row step (vLLM measured 0.02–0.04).
+const PRIOR_SHARE: f64 = 0.04;
+/// Pseudo-observations (in drafted tokens squared) the prior slope is worth.
+const PRIOR_WEIGHT: f64 = 16.0;
+/// Each row count's sums decay by this factor per step of that count, so the fit follows a change of load.
+const DECAY: f64 = 1.0 - 1.0 / 64.0;
+/// Intervals longer than this many times the expected step are idle time, not cost.
+const OUTLIER: f64 = 20.0;
+/// Once a row count has this much weight, an interval counts at most [`CLIP`] times the expected step:
+/// noise (another process, a prefill in the same step) only ever adds time.
+const CLIP_AFTER: f64 = 4.0;
+const CLIP: f64 = 1.5;
+/// Row counts kept (vLLM's `max_num_seqs` is 256 by default; more rows share the last bucket).
+const MAX_ROWS: usize = 1024;
+
+/// Decayed sums of one row count's steps: weight, drafted tokens, duration (ns), their squares and product.
+#[derive(Clone, Copy, Debug, Default)]
+struct Sums {
+    n: f64,
+    d: f64,
+    y: f64,
+    dd: f64,
+    dy: f64,
+}
+
+impl Sums {
+    fn add(&mut self, d: f64, y: f64) {
+        for s in [&mut self.n, &mut self.d, &mut self.y, &mut self.dd, &mut self.dy] {
+            *s *= DECAY;
+        }
+        self.n += 1.0;
+        self.d += d;
+        self.y += y;
+        self.dd += d * d;
+        self.dy += d * y;
+    }
+
+    /// Spread of the drafted counts and their covariance with the duration (the within-row-count terms).
+    fn centred(&self) -> (f64, f64) {
+        if self.n <= 0.0 {
+            return (0.0, 0.0);
+        }
+        (self.dd - self.d * self.d / self.n, self.dy - self.d * self.y / self.n)
+    }
+}
+
+/// Step duration as `level(rows) + slope · drafted`, learned from timed steps.
+#[derive(Clone, Debug, Default)]
+pub struct OnePassCost {
+    /// Index r: steps of r rows (index 0 unused).
+    rows: Vec<Sums>,
+}
+
+impl OnePassCost {
+    /// Records that a step of `rows` rows with `drafted` drafted tokens among them took `dt_ns`.
+    pub fn observe(&mut self, rows: usize, drafted: usize, dt_ns: u64) {
+        let r = rows.min(MAX_ROWS);
+        if r == 0 || dt_ns == 0 {
+            return;
+        }
+        let mut y = dt_ns as f64;
+        if let Some(expected) = self.ns(r, drafted) {
+            if y > OUTLIER * expected {
+                return;
+            }
+            if self.rows.get(r).is_some_and(|s| s.n >= CLIP_AFTER) {
+                y = y.min(CLIP * expected);
+            }
+        }
+        if self.rows.len() <= r {
+            self.rows.resize(r + 1, Sums::default());
+        }
+        self.rows[r].add(drafted as f64, y);
+    }
+
+    /// Nanoseconds a drafted token adds to a step: the slope pooled over row counts, shrunk towards
+    /// [`PRIOR_SHARE`] of the fewest rows' level.
+    fn slope(&self) -> Option<f64> {
+        let (base, _) = self.measured().next()?;
+        let prior = PRIOR_SHARE * self.rows[base].y / self.rows[base].n;
+        let (sxx, sxy) = self.rows.iter().map(Sums::centred).fold((0.0, 0.0), |a, b| (a.0 + b.0, a.1 + b.1));
+        Some(((sxy + PRIOR_WEIGHT * prior) / (sxx + PRIOR_WEIGHT)).max(0.0))
+    }
+
+    /// Row counts measured, fewest first, with their weight.
+    fn measured(&self) -> impl Iterator<Item = (usize, f64)> + '_ {
+        self.rows.iter().enumerate().filter(|(_, s)| s.n > 0.0).map(|(r, s)| (r, s.n))
+    }
+
+    /// Expected duration of a step of `rows` rows and `drafted` drafted tokens (None before any step). A row
+    /// count never seen takes the level of the nearest one seen.
+    fn ns(&self, rows: usize, drafted: usize) -> Option<f64> {
+        let slope = self.slope()?;
+        let r = rows.clamp(1, MAX_ROWS);
+        let (near, _) = self.measured().min_by_key(|&(m, _)| m.abs_diff(r))?;
+        let s = &self.rows[near];
+        let level = (s.y - slope * s.d) / s.n;
+        Some(level.max(0.0) + slope * drafted as f64)
+    }
+
+    /// Cost of a step of `rows` rows and `drafted` drafted tokens relative to one row with none (the prior's
+    /// shape before any measurement).
+    pub fn beta(&self, rows: usize, drafted: usize) -> f64 {
+        match (self.ns(rows, drafted), self.unit_ns()) {
+            (Some(c), Some(u)) if u > 0.0 => c / u,
+            _ => 1.0 + PRIOR_SHARE * drafted as f64,
+        }
+    }
+
+    /// Duration of a plain step of the fewest rows measured: one row's when lone requests were seen, else the
+    /// nearest count's (only ratios of step costs steer drafting, so the unit only has to be one of them).
+    fn unit_ns(&self) -> Option<f64> {
+        let (fewest, _) = self.measured().next()?;
+        self.ns(fewest, 0).filter(|&u| u > 0.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// vLLM-like steps: 70 ms plus 15 ms per row beyond the first, 3 ms per drafted token.
+    fn step_ns(rows: usize, drafted: usize) -> u64 {
+        (70_000_000 + 15_000_000 * (rows - 1) + 3_000_000 * drafted) as u64
+    }
+
+    #[test]
+    fn rows_and_drafted_tokens_are_told_apart() {
+        let mut c = OnePassCost::default();
+        assert_eq!(c.beta(1, 4), 1.0 + 4.0 * PRIOR_SHARE, "the prior before any step");
+        let mut x = 7u64;
+        for _ in 0..400 {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let rows = [1, 6, 6, 3][(x >> 33) as usize % 4];
+            let drafted = (x >> 40) as usize % (8 * rows + 1);
+            c.observe(rows, drafted, step_ns(rows, drafted));
+        }
+        let per_token = c.beta(6, 13) - c.beta(6, 12);
+        assert!((per_token - 3.0 / 70.0).abs() < 1e-3, "a drafted token adds 3 ms of a 70 ms unit: {per_token}");
+        assert!((c.beta(6, 0) - 145.0 / 70.0).abs() < 0.01, "six rows: {}", c.beta(6, 0));
+        assert!((c.beta(1, 0) - 1.0).abs() < 1e-9);
+        // No call limit: the 17th and the 40th token cost what the others do.
+        assert!((c.beta(6, 40) - c.beta(6, 16) - 24.0 * per_token).abs() < 1e-6);
+        assert!((c.unit_ns().unwrap() - 70e6).abs() < 1e5);
+        // A row count never seen takes the nearest one's level.
+        assert_eq!(c.beta(5, 2), c.beta(6, 2));
+    }
+
+    #[test]
+    fn idle_gaps_and_stalls_barely_move_the_fit() {
+        let mut c = OnePassCost::default();
+        for i in 0..200 {
+            let drafted = i % 9;
+            c.observe(6, drafted, step_ns(6, drafted));
+            c.observe(1, drafted, step_ns(1, drafted));
+        }
+        let before = c.beta(6, 8);
+        c.observe(6, 8, 1_000_000_000_000);
+        assert_eq!(c.beta(6, 8), before, "an idle gap is not cost");
+        for _ in 0..8 {
+            c.observe(6, 0, 3 * step_ns(6, 0));
+        }
+        assert!(c.beta(6, 0) < 1.2 * before, "stalls count at most 1.5 times: {} {}", c.beta(6, 0), before);
+        c.observe(0, 3, 5);
+        c.observe(3, 3, 0);
+        assert_eq!(c.measured().count(), 2, "empty steps are not steps");
+    }
+
+    #[test]
+    fn the_slope_is_never_negative() {
+        let mut c = OnePassCost::default();
+        for d in 0..40 {
+            c.observe(2, d, 100_000_000 - 1_000_000 * d as u64);
+        }
+        assert!(c.beta(2, 20) >= c.beta(2, 0));
+    }
+}
