@@ -60,6 +60,9 @@ impl Sums {
 pub struct OnePassCost {
     /// Index r: steps of r rows (index 0 unused).
     rows: Vec<Sums>,
+    /// The pooled slope as of the last step observed (None before any): refitted once per observation rather
+    /// than at every price asked for, which the control does for each draft length of each sequence.
+    slope: Option<f64>,
 }
 
 impl OnePassCost {
@@ -82,11 +85,12 @@ impl OnePassCost {
             self.rows.resize(r + 1, Sums::default());
         }
         self.rows[r].add(drafted as f64, y);
+        self.slope = self.fit_slope();
     }
 
     /// Nanoseconds a drafted token adds to a step: the slope pooled over row counts, shrunk towards
     /// [`PRIOR_SHARE`] of the fewest rows' level.
-    fn slope(&self) -> Option<f64> {
+    fn fit_slope(&self) -> Option<f64> {
         let (base, _) = self.measured().next()?;
         let prior = PRIOR_SHARE * self.rows[base].y / self.rows[base].n;
         let (sxx, sxy) = self.rows.iter().map(Sums::centred).fold((0.0, 0.0), |a, b| (a.0 + b.0, a.1 + b.1));
@@ -101,7 +105,7 @@ impl OnePassCost {
     /// Expected duration of a step of `rows` rows and `drafted` drafted tokens (None before any step). A row
     /// count never seen takes the level of the nearest one seen.
     fn ns(&self, rows: usize, drafted: usize) -> Option<f64> {
-        let slope = self.slope()?;
+        let slope = self.slope?;
         let r = rows.clamp(1, MAX_ROWS);
         let (near, _) = self.measured().min_by_key(|&(m, _)| m.abs_diff(r))?;
         let s = &self.rows[near];
