@@ -88,6 +88,19 @@ fn verify_batches_are_bitwise_on_qwen_q4_k_m() {
 }
 
 #[test]
+fn attention_rows_computed_together_are_bitwise_one_at_a_time() {
+    // Patch 0012: the rows of a flash attention that share their K and V rows are computed together. One
+    // thread (rows together) against a thread per four rows (each row alone), every output bit, on the head
+    // sizes and grouped-query ratios of the project's models, masks with holes, ALiBi and a softcap.
+    let dir = common::scratch("c-fa-rows");
+    let exe = dir.join("fa_rows");
+    common::cc(&["tests/c/fa_rows.c"], &exe, false, false);
+    let (ok, out) = run(&mut Command::new(&exe));
+    assert!(ok, "{out}");
+    assert!(out.contains("PASS"), "{out}");
+}
+
+#[test]
 fn multi_column_kernels_are_bitwise_their_single_column_originals() {
     // Random blocks, several row lengths, 1..16 columns: what one model's shapes would not all reach; and
     // patch 0011's quantize_row_q8_K against ggml's reference on rows with ties, zero blocks, NaN, infinity.
