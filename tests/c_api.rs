@@ -92,21 +92,20 @@ fn attention_rows_computed_together_are_bitwise_one_at_a_time() {
     // Patch 0012: the rows of a flash attention that share their K and V rows are computed together. One
     // thread (rows together) against a thread per four rows (each row alone), every output bit, on the head
     // sizes and grouped-query ratios of the project's models, masks with holes, ALiBi and a softcap.
-    let dir = common::scratch("c-fa-rows");
-    let exe = dir.join("fa_rows");
-    common::cc(&["tests/c/fa_rows.c"], &exe, false, false);
-    let (ok, out) = run(&mut Command::new(&exe));
-    assert!(ok, "{out}");
-    assert!(out.contains("PASS"), "{out}");
+    c_check("fa_rows");
 }
 
 #[test]
 fn multi_column_kernels_are_bitwise_their_single_column_originals() {
     // Random blocks, several row lengths, 1..16 columns: what one model's shapes would not all reach; and
     // patch 0011's quantize_row_q8_K against ggml's reference on rows with ties, zero blocks, NaN, infinity.
-    let dir = common::scratch("c-ncols-kernels");
-    let exe = dir.join("ncols_kernels");
-    common::cc(&["tests/c/ncols_kernels.c"], &exe, false, false);
+    c_check("ncols_kernels");
+}
+
+/// Builds `tests/c/NAME.c` (a check of the CPU backend with no model) and runs it: it must exit 0 and say PASS.
+fn c_check(name: &str) {
+    let exe = common::scratch(&format!("c-{}", name.replace('_', "-"))).join(name);
+    common::cc(&[&format!("tests/c/{name}.c")], &exe, false, false);
     let (ok, out) = run(&mut Command::new(&exe));
     assert!(ok, "{out}");
     assert!(out.contains("PASS"), "{out}");

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu_backend.h"
 #include "ggml.h"
 
 typedef enum ggml_status (*compute_fn)(struct ggml_context *, struct ggml_cgraph *, int);
@@ -75,19 +76,8 @@ static int check(compute_fn compute, int d, int n_head, int n_head_kv, int n, in
 }
 
 int main(void) {
-    // The CPU backend is loaded from the directory of the libggml-base this program is linked with, as in
-    // ncols_kernels.c.
-    Dl_info base;
-    if (!dladdr((void *) ggml_fp32_to_fp16, &base) || !base.dli_fname) {
-        printf("FAIL: cannot locate libggml-base: %s\n", dlerror());
-        return 1;
-    }
-    const char * slash = strrchr(base.dli_fname, '/');
-    char path[4096];
-    snprintf(path, sizeof(path), "%.*slibggml-cpu.so", slash ? (int) (slash - base.dli_fname + 1) : 0, base.dli_fname);
-    void * cpu = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    void * cpu = open_cpu_backend();
     if (!cpu) {
-        printf("FAIL: cannot load libggml-cpu.so: %s\n", dlerror());
         return 1;
     }
     init_fn init = (init_fn) dlsym(cpu, "ggml_cpu_init");

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu_backend.h"
 #include "ggml.h"
 
 #define QK_K 256
@@ -169,20 +170,8 @@ static int check_quantize(quantize_fn fast, quantize_fn ref) {
 }
 
 int main(void) {
-    // The CPU backend's kernels are not part of ggml's API: load the library from the directory of the
-    // libggml-base this program is linked with (the build's bin directory) and look them up by name. Not by
-    // bare name: ASan's dlopen interceptor becomes the caller, and this program's rpath no longer applies.
-    Dl_info base;
-    if (!dladdr((void *) ggml_fp32_to_fp16, &base) || !base.dli_fname) {
-        printf("FAIL: cannot locate libggml-base: %s\n", dlerror());
-        return 1;
-    }
-    const char * slash = strrchr(base.dli_fname, '/');
-    char path[4096];
-    snprintf(path, sizeof(path), "%.*slibggml-cpu.so", slash ? (int) (slash - base.dli_fname + 1) : 0, base.dli_fname);
-    void * cpu = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    void * cpu = open_cpu_backend();
     if (!cpu) {
-        printf("FAIL: cannot load libggml-cpu.so: %s\n", dlerror());
         return 1;
     }
     vec_dot_fn q6_one = (vec_dot_fn) dlsym(cpu, "ggml_vec_dot_q6_K_q8_K");
