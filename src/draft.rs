@@ -994,13 +994,9 @@ mod tests {
             }]
         );
         toks.push(9);
-        assert_eq!(
-            d.propose(0, &toks, 5, 1, 2, &mut out),
-            0,
-            "9 5 has no match"
-        );
-        toks.push(5);
-        // Uncovered: no recipe after "9 5 6", n-grams say 7, and the target does produce 7.
+        assert_eq!(d.propose(0, &toks, 11, 1, 2, &mut out), 0, "9 11 has no match, not even of one token");
+        toks.push(11);
+        // Uncovered: no recipe after "9 11 6", n-grams say 7 (after "6"), and the target does produce 7.
         assert_eq!(d.propose(0, &toks, 6, 1, 3, &mut out), 1);
         assert_eq!(out, [7]);
         d.accept(0, 1);
@@ -1012,11 +1008,30 @@ mod tests {
             misses[1],
             Miss {
                 kind: MissKind::Uncovered,
-                context: vec![5, 6, 7, 8, 1, 9, 5, 6],
+                context: vec![5, 6, 7, 8, 1, 9, 11, 6],
                 token: 7
             }
         );
         assert_eq!(d.stats(0).unwrap().misses_recorded, 2);
+    }
+
+    #[test]
+    fn a_one_token_copy_drafts_where_nothing_else_does_and_gives_way_to_a_recipe() {
+        // The history ends in `9 5`: only `5` occurred before (followed by 6).
+        let hist = [5, 6, 7, 8, 9];
+        let mut out = Vec::new();
+        let mut d = Drafter::new(None, eager(1));
+        d.begin(0, &hist[..4]);
+        assert_eq!(d.propose(0, &hist, 5, 1, 0, &mut out), 1);
+        assert_eq!(out, [6]);
+        let mut d = Drafter::new(None, DrafterConfig { ctx_min_n: 2, ..eager(1) });
+        d.begin(0, &hist[..4]);
+        assert_eq!(d.propose(0, &hist, 5, 1, 0, &mut out), 0, "no copy of fewer than ctx_min_n tokens");
+        // A recipe after `5` proposes 2: it is drafted, not the copy.
+        let mut d = Drafter::new(Some(index(vec![lit(&[5], 2, 5)])), eager(1));
+        d.begin(0, &hist[..4]);
+        assert_eq!(d.propose(0, &hist, 5, 1, 0, &mut out), 1);
+        assert_eq!(out, [2]);
     }
 
     #[test]

@@ -76,7 +76,9 @@ pub(super) fn build_chain(
         // the answer does not repeat (on HumanEval the copy of a docstring ran on into `<|im_end|>`).
         let copied = copy
             .map(|c| (c.token(), c.class(place)))
-            .filter(|&(t, _)| !texts.is_some_and(|tx| tx.is_control(t)));
+            .filter(|&(t, _)| !texts.is_some_and(|tx| tx.is_control(t)))
+            // A copy after a one-token match gives way to a recipe, and its agreeing with one is no evidence.
+            .filter(|&(_, c)| recipe.is_none() || !c.is_one_token());
         if i == 0 && pack.is_none() {
             uncovered = copied.map(|(t, _)| t);
         }

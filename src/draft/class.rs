@@ -33,13 +33,14 @@ const SPLIT_BUCKETS: usize = 3;
 const ANSWER_BUCKETS: usize = 4;
 
 /// Kinds of evidence: literal ×3, shape ×3, the live index's literal ×3 and shape ×3, context copy × one per
-/// edge, ambiguous short copies, short copies of the answer, the next item of a list in the prompt, a copy a
-/// recipe agrees with, a rewrite the answer made before, draft model.
-pub const N_KINDS: usize = 3 + 3 + 6 + COPY_EDGES.len() + SPLIT_BUCKETS + ANSWER_BUCKETS + 1 + 1 + 1 + 1;
+/// edge, ambiguous short copies, short copies of the answer, a copy after a one-token match, the next item of a
+/// list in the prompt, a copy a recipe agrees with, a rewrite the answer made before, draft model.
+pub const N_KINDS: usize = 3 + 3 + 6 + COPY_EDGES.len() + SPLIT_BUCKETS + ANSWER_BUCKETS + 1 + 1 + 1 + 1 + 1;
 /// The first live kind, the first copy kind, and the first kind of short copies of the answer.
 const LIVE: usize = 6;
 const COPY: usize = 12;
 const ANSWER: usize = COPY + COPY_EDGES.len() + SPLIT_BUCKETS;
+const ONE_TOKEN: usize = N_KINDS - 5;
 const LISTED: usize = N_KINDS - 4;
 const AGREED: usize = N_KINDS - 3;
 const REWRITE: usize = N_KINDS - 2;
@@ -71,11 +72,12 @@ pub fn layout() -> String {
 pub const DEFAULT_PRIOR: [f32; N_CLASSES] = flatten([
     // literal S/M/W, shape S/M/W, live literal S/M/W, live shape S/M/W,
     // copy 2, 3, 4–5, 6–8, 9–12, 13–20, 21+, ambiguous 2, 3, 4–5, answer's 2, 3, 4–5, 6–8,
-    // listed, agreed, rewrite, model
-    [0.7, 0.5, 0.35, 0.7, 0.25, 0.2, 0.65, 0.45, 0.3, 0.6, 0.25, 0.2, 0.6, 0.65, 0.7, 0.85, 0.85, 0.85, 0.9, 0.2, 0.25, 0.3, 0.35, 0.45, 0.6, 0.7, 0.5, 0.93, 0.85, 0.7], // code
-    [0.8, 0.3, 0.2, 0.8, 0.25, 0.2, 0.75, 0.3, 0.2, 0.75, 0.25, 0.2, 0.1, 0.15, 0.2, 0.3, 0.5, 0.7, 0.9, 0.05, 0.1, 0.15, 0.1, 0.15, 0.2, 0.3, 0.85, 0.5, 0.3, 0.7], // key
-    [0.35, 0.2, 0.1, 0.15, 0.1, 0.1, 0.3, 0.15, 0.1, 0.15, 0.1, 0.1, 0.65, 0.75, 0.75, 0.8, 0.8, 0.95, 0.98, 0.15, 0.3, 0.3, 0.4, 0.45, 0.7, 0.75, 0.5, 0.95, 0.8, 0.7], // value
+    // copy after one token, listed, agreed, rewrite, model
+    [0.7, 0.5, 0.35, 0.7, 0.25, 0.2, 0.65, 0.45, 0.3, 0.6, 0.25, 0.2, 0.6, 0.65, 0.7, 0.85, 0.85, 0.85, 0.9, 0.2, 0.25, 0.3, 0.35, 0.45, 0.6, 0.7, 0.2, 0.5, 0.93, 0.85, 0.7], // code
+    [0.8, 0.3, 0.2, 0.8, 0.25, 0.2, 0.75, 0.3, 0.2, 0.75, 0.25, 0.2, 0.1, 0.15, 0.2, 0.3, 0.5, 0.7, 0.9, 0.05, 0.1, 0.15, 0.1, 0.15, 0.2, 0.3, 0.05, 0.85, 0.5, 0.3, 0.7], // key
+    [0.35, 0.2, 0.1, 0.15, 0.1, 0.1, 0.3, 0.15, 0.1, 0.15, 0.1, 0.1, 0.65, 0.75, 0.75, 0.8, 0.8, 0.95, 0.98, 0.15, 0.3, 0.3, 0.4, 0.45, 0.7, 0.75, 0.15, 0.5, 0.95, 0.8, 0.7], // value
 ]);
+
 
 const fn flatten(t: [[f32; N_KINDS]; N_PLACES]) -> [f32; N_CLASSES] {
     let mut out = [0.0; N_CLASSES];
@@ -127,8 +129,13 @@ impl Class {
     }
 
     /// A copy of the request's own text after a match of `len` tokens, found by a suffix that occurred more
-    /// than once before (`ambiguous`) or once, of text the answer wrote (`answered`) or the prompt's.
+    /// than once before (`ambiguous`) or once, of text the answer wrote (`answered`) or the prompt's. A copy
+    /// after one token is a kind of its own, whatever it copies: it is right far less often than one after two,
+    /// and as the same kind it would drag that kind's rate down.
     pub fn copy(len: usize, ambiguous: bool, answered: bool, place: Place) -> Class {
+        if len < COPY_EDGES[0] {
+            return Class::new(ONE_TOKEN, place);
+        }
         let bucket = COPY_EDGES.iter().rposition(|&e| len >= e).unwrap_or(0);
         if answered && bucket < ANSWER_BUCKETS {
             return Class::new(ANSWER + bucket, place);
@@ -137,6 +144,11 @@ impl Class {
             return Class::new(COPY + COPY_EDGES.len() + bucket, place);
         }
         Class::new(COPY + bucket, place)
+    }
+
+    /// A copy after a one-token match.
+    pub fn is_one_token(self) -> bool {
+        self.index() % N_KINDS == ONE_TOKEN
     }
 
     #[inline]
@@ -218,6 +230,11 @@ mod tests {
                 assert!(p.windows(2).all(|w| w[0] <= w[1]), "{place:?} {p:?}");
             }
             let prior = |n, ambiguous, answered| DEFAULT_PRIOR[Class::copy(n, ambiguous, answered, place).index()];
+            let one = Class::copy(1, false, false, place);
+            assert!([(true, false), (false, true), (true, true)].iter().all(|&(a, b)| Class::copy(1, a, b, place) == one), "one kind, whatever it copies");
+            for (ambiguous, answered) in [(false, false), (true, false), (false, true), (true, true)] {
+                assert!((2..40).all(|n| Class::copy(n, ambiguous, answered, place) != one && prior(1, false, false) <= prior(n, ambiguous, answered)));
+            }
             assert_eq!(Class::copy(5, false, false, place), Class::copy(4, false, false, place));
             assert_ne!(Class::copy(6, false, false, place), Class::copy(5, false, false, place));
             assert!((2..6).all(|n| prior(n, true, false) < prior(n, false, false)));

@@ -93,7 +93,7 @@ impl Default for DrafterConfig {
             min_confidence: 0.6,
             min_count: 1,
             ctx_max_n: 8,
-            ctx_min_n: 2,
+            ctx_min_n: 1,
             probe_every: 32,
             probe_len: 1,
             calibrate_every: 32,
