@@ -373,8 +373,12 @@ impl Drafter {
         let expected = 1.0 + p[..g].iter().scan(1.0f64, |run, &pi| { *run *= f64::from(pi); Some(*run) }).sum::<f64>();
         self.rounds.record(seq, g + 1, expected);
         s.awaiting_accept = g > 0;
-        if let Some(gate) = self.gate.as_mut().filter(|_| g > 0 && g <= sure) {
-            gate.sure();
+        if let Some(gate) = self.gate.as_mut().filter(|_| g > 0) {
+            if g <= sure {
+                gate.sure();
+            } else {
+                gate.drafted(g);
+            }
         }
         s.drafting_run = if g > 0 { s.drafting_run + 1 } else { 0 };
         if g > 0 {
