@@ -78,7 +78,6 @@ pub const DEFAULT_PRIOR: [f32; N_CLASSES] = flatten([
     [0.35, 0.2, 0.1, 0.15, 0.1, 0.1, 0.3, 0.15, 0.1, 0.15, 0.1, 0.1, 0.65, 0.75, 0.75, 0.8, 0.8, 0.95, 0.98, 0.15, 0.3, 0.3, 0.4, 0.45, 0.7, 0.75, 0.15, 0.5, 0.95, 0.8, 0.7], // value
 ]);
 
-
 const fn flatten(t: [[f32; N_KINDS]; N_PLACES]) -> [f32; N_CLASSES] {
     let mut out = [0.0; N_CLASSES];
     let mut i = 0;
