@@ -23,7 +23,11 @@
 //                    multi  : two sequences (two server slots) verified together in one
 //                             batch (b tokens each) vs. the reference where both advance
 //                             one token per decode call
-//                    all    : plain + reject (+ multi)   (default: all)
+//                    ragged : four sequences (four server slots), each verifying its own
+//                             number of tokens (0..b, wrong drafts removed with seq_rm) in one
+//                             batch vs. each sequence decoded alone one token at a time;
+//                             --ragged-bench R times one decode per shape of such a step
+//                    all    : plain + reject (+ multi, ragged)   (default: all)
 //     --kv-unified   unified KV buffer for the multi mode (server default for -np > 1)
 //     -q             quiet: only print the tables
 //     --bench R      instead of the checks: time one llama_decode of n = 1..8 tokens of one
@@ -74,11 +78,12 @@ struct opts {
     int  n_gpu_layers;
     const char * device;
     int  bmin, bmax;
-    bool do_plain, do_reject, do_multi;
+    bool do_plain, do_reject, do_multi, do_ragged;
     bool kv_unified;
     bool quiet;
     int  bench;
     int  depth;
+    int  ragged_bench;
 };
 
 static struct llama_model * g_model;
@@ -255,6 +260,162 @@ static int run_bench(struct llama_batch * batch, const llama_token * prompt, int
     return 0;
 }
 
+#define RAGGED_NSEQ 4
+
+// The prompt of sequence s of the ragged mode: the main prompt without its first s tokens, so that
+// every sequence has a context (and a continuation) of its own.
+static void ragged_prompts(const llama_token * prompt, int n_prompt, const llama_token * pt[RAGGED_NSEQ], int np[RAGGED_NSEQ]) {
+    for (int s = 0; s < RAGGED_NSEQ; s++) {
+        pt[s] = prompt + s;
+        np[s] = n_prompt - s;
+    }
+}
+
+// ragged: four sequences verify unequal numbers of tokens together, as llama-server's slots do when
+// one drafts and the others do not; each sequence's logits must be those of decoding it alone.
+static int run_ragged(struct llama_batch * batch, const llama_token * prompt, int n_prompt) {
+    const int N = g_o.n_gen;
+    const size_t lsz = sizeof(float) * (size_t) g_n_vocab;
+    const llama_token * pt[RAGGED_NSEQ];
+    int np[RAGGED_NSEQ];
+    ragged_prompts(prompt, n_prompt, pt, np);
+
+    // reference: each sequence alone, one token per llama_decode
+    llama_token * tk[RAGGED_NSEQ];
+    float * rf[RAGGED_NSEQ];
+    for (int s = 0; s < RAGGED_NSEQ; s++) {
+        tk[s] = (llama_token *) malloc(sizeof(llama_token) * (size_t) (N + 1));
+        rf[s] = (float *) malloc(lsz * (size_t) N);
+        struct llama_context * ctx = new_ctx(1);
+        decode_prompt(ctx, batch, pt[s], np[s], 0);
+        tk[s][0] = argmax(llama_get_logits_ith(ctx, -1));
+        for (int i = 0; i < N; i++) {
+            batch->n_tokens = 0;
+            batch_add(batch, tk[s][i], np[s] + i, 0, true);
+            decode_or_die(ctx, batch);
+            memcpy(rf[s] + (size_t) i * g_n_vocab, llama_get_logits_ith(ctx, 0), lsz);
+            tk[s][i + 1] = argmax(rf[s] + (size_t) i * g_n_vocab);
+        }
+        llama_free(ctx);
+    }
+
+    int total = 0;
+    // up to 4 tokens a sequence: 16 in all at most, the bound strict batching keeps a call within
+    const int bmax = g_o.bmax < 4 ? g_o.bmax : 4;
+    for (int b = g_o.bmin; b <= bmax; b++) {
+        struct cmp_stats st = {0, 0, 0.0};
+        struct llama_context * ctx = new_ctx(RAGGED_NSEQ);
+        llama_memory_t mem = llama_get_memory(ctx);
+        for (int s = 0; s < RAGGED_NSEQ; s++) {
+            decode_prompt(ctx, batch, pt[s], np[s], s);
+        }
+        int pos[RAGGED_NSEQ] = {0};   // tokens of each sequence verified so far
+        int first[RAGGED_NSEQ], nright[RAGGED_NSEQ];
+        for (int step = 0;; step++) {
+            int done = 1;
+            for (int s = 0; s < RAGGED_NSEQ; s++) {
+                done &= pos[s] >= N;
+            }
+            if (done) {
+                break;
+            }
+            // each sequence puts in 0..b tokens (0: an idle slot between busy ones), the first of them
+            // right and the rest right or wrong drafts; the sequences in a turning order
+            batch->n_tokens = 0;
+            for (int k = 0; k < RAGGED_NSEQ; k++) {
+                const int s = (k + step) % RAGGED_NSEQ;
+                const int left = N - pos[s];
+                int n = left <= 0 ? 0 : (int) (rng() % (uint32_t) (b + 1));
+                if (s == step % RAGGED_NSEQ && left > 0 && n == 0) {
+                    n = 1; // no step without tokens
+                }
+                int r = n == 0 ? 0 : 1 + (int) (rng() % (uint32_t) n);
+                if (r > left) r = left;
+                first[s] = batch->n_tokens;
+                nright[s] = r;
+                for (int j = 0; j < n; j++) {
+                    llama_token t = j < r ? tk[s][pos[s] + j] : (llama_token) ((tk[s][pos[s] + r] + 1 + (int) (rng() % 1000)) % g_n_vocab);
+                    if (j >= r && t == tk[s][pos[s] + r]) t = (t + 1) % g_n_vocab;
+                    batch_add(batch, t, np[s] + pos[s] + j, s, true);
+                }
+            }
+            if (batch->n_tokens == 0) {
+                continue; // every sequence with tokens left drew none
+            }
+            decode_or_die(ctx, batch);
+            for (int s = 0; s < RAGGED_NSEQ; s++) {
+                for (int j = 0; j < nright[s]; j++) {
+                    compare(&st, rf[s] + (size_t) (pos[s] + j) * g_n_vocab, llama_get_logits_ith(ctx, first[s] + j));
+                }
+                pos[s] += nright[s];
+                if (!llama_memory_seq_rm(mem, s, np[s] + pos[s], -1)) {
+                    fprintf(stderr, "llama_memory_seq_rm failed\n");
+                    exit(2);
+                }
+            }
+        }
+        llama_free(ctx);
+        char name[16];
+        snprintf(name, sizeof(name), "ragged%s", g_o.kv_unified ? "U" : "");
+        print_row(name, b, &st);
+        total += st.mismatched;
+    }
+    for (int s = 0; s < RAGGED_NSEQ; s++) {
+        free(tk[s]);
+        free(rf[s]);
+    }
+    return total;
+}
+
+// --ragged-bench R: one llama_decode per shape of a step of four slots (tokens per slot), medians of R,
+// on four sequences holding the prompt; with LLAMA_KV_RAGGED_MAX=0 llama.cpp cuts unequal runs into
+// one forward pass per equal run of consecutive slots.
+static int run_ragged_bench(struct llama_batch * batch, const llama_token * prompt, int n_prompt) {
+    static const int shapes[][RAGGED_NSEQ] = {
+        {1, 1, 1, 1}, {2, 1, 1, 1}, {4, 1, 1, 1}, {1, 4, 1, 1}, {4, 4, 1, 1}, {4, 1, 4, 1},
+        {2, 2, 2, 2}, {4, 4, 4, 4}, {8, 1, 1, 1}, {1, 0, 1, 1}, {13, 1, 1, 1},
+    };
+    const int n_shapes = (int) (sizeof(shapes) / sizeof(shapes[0]));
+    const int R = g_o.ragged_bench;
+    const llama_token * pt[RAGGED_NSEQ];
+    int np[RAGGED_NSEQ];
+    ragged_prompts(prompt, n_prompt, pt, np);
+    struct llama_context * ctx = new_ctx(RAGGED_NSEQ);
+    llama_memory_t mem = llama_get_memory(ctx);
+    for (int s = 0; s < RAGGED_NSEQ; s++) {
+        decode_prompt(ctx, batch, pt[s], np[s], s);
+    }
+    double * t = (double *) malloc(sizeof(double) * (size_t) R * (size_t) n_shapes);
+    for (int r = -2; r < R; r++) { // 2 warm-up rounds
+        for (int k = 0; k < n_shapes; k++) {
+            batch->n_tokens = 0;
+            for (int s = 0; s < RAGGED_NSEQ; s++) {
+                for (int j = 0; j < shapes[k][s]; j++) {
+                    batch_add(batch, pt[s][j % np[s]], np[s] + j, s, true);
+                }
+            }
+            const double t0 = now_s();
+            decode_or_die(ctx, batch);
+            const double t1 = now_s();
+            for (int s = 0; s < RAGGED_NSEQ; s++) {
+                llama_memory_seq_rm(mem, s, np[s], -1);
+            }
+            if (r >= 0) {
+                t[(size_t) k * R + r] = t1 - t0;
+            }
+        }
+    }
+    const char * env = getenv("LLAMA_KV_RAGGED_MAX");
+    printf("ragged bench: %d reps, median ms per llama_decode, LLAMA_KV_RAGGED_MAX=%s\n", R, env ? env : "(unset)");
+    for (int k = 0; k < n_shapes; k++) {
+        qsort(t + (size_t) k * R, (size_t) R, sizeof(double), cmp_double);
+        printf("%2d %2d %2d %2d %10.3f\n", shapes[k][0], shapes[k][1], shapes[k][2], shapes[k][3], 1e3 * t[(size_t) k * R + R / 2]);
+    }
+    llama_free(ctx);
+    free(t);
+    return 0;
+}
+
 int main(int argc, char ** argv) {
     struct opts * o = &g_o;
     memset(o, 0, sizeof(*o));
@@ -291,11 +452,13 @@ int main(int argc, char ** argv) {
         else if (!strcmp(a, "-q")) { o->quiet = true; }
         else if (!strcmp(a, "--bench") && v) { o->bench = atoi(v); i++; }
         else if (!strcmp(a, "--depth") && v) { o->depth = atoi(v); i++; }
+        else if (!strcmp(a, "--ragged-bench") && v) { o->ragged_bench = atoi(v); i++; }
         else { fprintf(stderr, "unknown argument: %s\n", a); return 2; }
     }
     o->do_plain  = !strcmp(mode, "plain")  || !strcmp(mode, "all");
     o->do_reject = !strcmp(mode, "reject") || !strcmp(mode, "all");
     o->do_multi  = !strcmp(mode, "multi")  || !strcmp(mode, "all");
+    o->do_ragged = !strcmp(mode, "ragged") || !strcmp(mode, "all");
     if (o->bmin < 2) o->bmin = 2;
     if (o->n_gen < 2 || o->bmax < o->bmin) { fprintf(stderr, "bad -n / -bmin / -bmax\n"); return 2; }
 
@@ -328,8 +491,16 @@ int main(int argc, char ** argv) {
            o->model_path, n_prompt, N, o->fa < 0 ? "auto" : o->fa ? "on" : "off", o->n_threads, o->n_gpu_layers,
            env ? env : "(unset)", env_vk ? env_vk : "(unset)");
 
-    struct llama_batch batch = llama_batch_init(o->n_ctx, 0, 2);
+    struct llama_batch batch = llama_batch_init(o->n_ctx, 0, RAGGED_NSEQ);
     const size_t lsz = sizeof(float) * (size_t) g_n_vocab;
+
+    if (o->ragged_bench > 0) {
+        const int rc = run_ragged_bench(&batch, prompt, n_prompt);
+        free(prompt);
+        llama_batch_free(batch);
+        llama_model_free(g_model);
+        return rc;
+    }
 
     if (o->bench > 0) {
         const int rc = run_bench(&batch, prompt, n_prompt);
@@ -499,6 +670,10 @@ int main(int argc, char ** argv) {
             free(rf[s]);
         }
         free(prompt2);
+    }
+
+    if (o->do_ragged) {
+        total_mismatch += run_ragged(&batch, prompt, n_prompt);
     }
 
     printf("%s: %d mismatching positions\n", total_mismatch ? "FAIL" : "PASS", total_mismatch);
