@@ -127,9 +127,10 @@ impl BetaModel {
     }
 
     /// How llama-server cuts a step into passes: as given, or the layout whose predictions of the multi-pass
-    /// steps seen so far were closer (a KV stream per slot until told otherwise: llama-server's default with `-np`).
+    /// steps seen so far were closer (one pass per call until told otherwise: patch 0014 makes a call of
+    /// unequal slots one pass; a llama.cpp without it, or with `LLAMA_KV_RAGGED_MAX=0`, is learned as split).
     pub fn layout(&self) -> Layout {
-        self.forced.unwrap_or(if self.fits[1].log_sq < self.fits[0].log_sq { Layout::Unified } else { Layout::Split })
+        self.forced.unwrap_or(if self.fits[1].log_sq <= self.fits[0].log_sq { Layout::Unified } else { Layout::Split })
     }
 
     /// β of a step in which slot `j < n` verifies `tokens(j)`: one pass is its bucket; several are the sum of theirs,
@@ -585,7 +586,7 @@ mod tests {
         let prior = BetaModel::new(DEFAULT_BETA_PRIOR);
         // A server with a KV stream per slot whose multi-pass steps take 0.9 of their passes' sum.
         let mut b = BetaModel::new(DEFAULT_BETA_PRIOR);
-        assert_eq!(b.layout(), Layout::Split, "until measured: llama-server's default with -np");
+        assert_eq!(b.layout(), Layout::Unified, "until measured: one pass per call (patch 0014)");
         let before = b.step(4, |j| [2, 1, 1, 1][j]);
         b.observe_step(&[2, 1, 1, 1], 1_000_000_000);
         assert_eq!(b.step(4, |j| [2, 1, 1, 1][j]), before, "no plain step measured yet: nothing to scale by");

@@ -11,10 +11,11 @@
 /// Most tokens one decode call takes under strict batching (`GGML_CPU_BATCH_INVARIANT_MAX`).
 pub const CALL_MAX: usize = 16;
 
-/// How llama.cpp cuts a decode call into forward passes: one KV stream per slot (`split_equal`, llama-server's
-/// default with an explicit `-np`) or one unified stream (`-kvu`, or `-np` left to auto): the whole call. Or a
-/// server that runs every step as one pass of all its tokens, with no call limit (vLLM; its cost is
-/// [`super::onepass`]'s).
+/// How llama.cpp cuts a decode call into forward passes: one pass per run of consecutive slots with equal
+/// tokens (`split_equal`: a KV stream per slot, as with an explicit `-np`, on a llama.cpp without patch 0014 or
+/// with `LLAMA_KV_RAGGED_MAX=0`) or the whole call as one pass (`Unified`: patch 0014's ragged ubatch with a
+/// stream per slot, or one unified stream with `-kvu`). Or a server that runs every step as one pass of all its
+/// tokens, with no call limit (vLLM; its cost is [`super::onepass`]'s).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Layout {
     Split,
