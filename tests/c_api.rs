@@ -88,6 +88,24 @@ fn verify_batches_are_bitwise_on_qwen_q4_k_m() {
 }
 
 #[test]
+fn unequal_slots_in_one_pass_are_bitwise_each_slot_alone() {
+    // Patch 0014: four sequences verifying 0..4 tokens each (wrong drafts removed) in one forward pass, each
+    // sequence's logits against it decoded alone, on the repacked Q4_K and Q6_K paths; without the exact
+    // kernels the same check fails, so it does compare.
+    let model = kolm_rsd::fetch::model("qwen2.5-coder-0.5b", false).expect("fetch qwen2.5-coder-0.5b");
+    let dir = common::scratch("c-batch-invariance-ragged");
+    let exe = dir.join("batch_invariance");
+    common::cc(&["tests/c/batch_invariance.c"], &exe, false, false);
+    for fa in ["on", "off"] {
+        let (ok, out) = run(Command::new(&exe).arg(&model).args(["-n", "16", "-q", "--mode", "ragged", "-fa", fa]));
+        assert!(ok, "Qwen, flash attention {fa}: a slot's logits differ from it decoded alone\n{out}");
+        assert!(out.contains("ragged    4"), "{out}");
+    }
+    let (ok, out) = run(Command::new(&exe).arg(&model).args(["-n", "16", "-q", "--mode", "ragged", "-fa", "on"]).env("GGML_CPU_BATCH_INVARIANT_MAX", "0"));
+    assert!(!ok, "the upstream kernels were expected to differ bitwise\n{out}");
+}
+
+#[test]
 fn attention_rows_computed_together_are_bitwise_one_at_a_time() {
     // Patch 0012: the rows of a flash attention that share their K and V rows are computed together. One
     // thread (rows together) against a thread per four rows (each row alone), every output bit, on the head
