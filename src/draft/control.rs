@@ -134,7 +134,9 @@ impl BetaModel {
     }
 
     /// β of a step in which slot `j < n` verifies `tokens(j)`: one pass is its bucket; several are the sum of theirs,
-    /// scaled by what such steps were measured to take against that sum (never below the dearest pass).
+    /// scaled by what such steps were measured to take against that sum (never below the dearest pass). So is one
+    /// pass of slots with unequal tokens (patch 0014): the buckets are measured on passes of equal slots, and an
+    /// unequal pass also pads the attention of every stream to its longest run.
     pub fn step(&self, n: usize, tokens: impl Fn(usize) -> usize) -> f64 {
         if let Some(op) = &self.one_pass {
             let (rows, drafted) = rows_drafted((0..n).map(&tokens));
@@ -146,15 +148,21 @@ impl BetaModel {
         }
         let layout = self.layout();
         let (mut count, mut sum, mut dearest) = (0, 0.0, 0.0f64);
-        passes(n, tokens, layout, |t| {
+        passes(n, &tokens, layout, |t| {
             let b = self.beta(t);
             count += 1;
             sum += b;
             dearest = dearest.max(b);
         });
+        // What `observe_step` fits: a step that one layout takes as several passes is measured against its sum.
+        let uneven = layout == Layout::Unified && {
+            let mut split = 0;
+            passes(n, &tokens, Layout::Split, |_| split += 1);
+            split > 1
+        };
         match count {
             0 => 1.0,
-            1 => sum,
+            1 if !uneven => sum,
             _ => (self.fits[index(layout)].log_ratio.exp() * sum).max(dearest),
         }
     }
@@ -603,7 +611,18 @@ mod tests {
         let mut u = BetaModel::new(DEFAULT_BETA_PRIOR);
         serve(&mut u, &shapes, |s| sum(&prior, Layout::Unified, s));
         assert_eq!(u.layout(), Layout::Unified);
-        assert!((u.step(4, |j| [2, 1, 1, 1][j]) - u.beta(5)).abs() < 1e-9);
+        let r = u.step(4, |j| [2, 1, 1, 1][j]) / u.beta(5);
+        assert!((r - 1.0).abs() < 0.02, "one call of its tokens: {r}");
+        // One pass per call whose unequal steps take 1.5 of their bucket (patch 0014 pads every stream to the
+        // longest run): those are priced as measured, steps of equal slots by their bucket.
+        let mut p = BetaModel::new(DEFAULT_BETA_PRIOR).with_layout(Some(Layout::Unified));
+        serve(&mut p, &shapes, |s| {
+            let c = sum(&prior, Layout::Unified, s);
+            if s.iter().all(|&t| t == s[0]) { c } else { 1.5 * c }
+        });
+        let r = p.step(4, |j| [2, 1, 1, 1][j]) / p.beta(5);
+        assert!((r - 1.5).abs() < 0.05, "an unequal pass as measured: {r}");
+        assert_eq!(p.step(4, |j| [2, 2, 2, 2][j]), p.beta(8), "an equal pass is its bucket");
         // Told the layout, the model keeps it whatever the steps say.
         let mut f = BetaModel::new(DEFAULT_BETA_PRIOR).with_layout(Some(Layout::Split));
         serve(&mut f, &shapes, |s| sum(&prior, Layout::Unified, s));
