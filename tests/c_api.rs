@@ -73,13 +73,18 @@ fn without_the_fix_the_check_does_catch_differences() {
     assert!(!ok, "the upstream kernels were expected to differ bitwise\n{out}");
 }
 
+/// `batch_invariance` built in `scratch`, and Qwen2.5-Coder-0.5B Q4_K_M, which exercises the repacked Q4_K and the
+/// Q6_K paths that SmolLM2's Q4_1 does not.
+fn batch_invariance_on_qwen(scratch: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    let model = kolm_rsd::fetch::model("qwen2.5-coder-0.5b", false).expect("fetch qwen2.5-coder-0.5b");
+    let exe = common::scratch(scratch).join("batch_invariance");
+    common::cc(&["tests/c/batch_invariance.c"], &exe, false, false);
+    (exe, model)
+}
+
 #[test]
 fn verify_batches_are_bitwise_on_qwen_q4_k_m() {
-    // Qwen2.5-Coder-0.5B Q4_K_M exercises the repacked Q4_K and the Q6_K paths that SmolLM2's Q4_1 does not.
-    let model = kolm_rsd::fetch::model("qwen2.5-coder-0.5b", false).expect("fetch qwen2.5-coder-0.5b");
-    let dir = common::scratch("c-batch-invariance-qwen");
-    let exe = dir.join("batch_invariance");
-    common::cc(&["tests/c/batch_invariance.c"], &exe, false, false);
+    let (exe, model) = batch_invariance_on_qwen("c-batch-invariance-qwen");
     for fa in ["off", "on"] {
         // up to 16 columns: the multi-column Q4_K and Q6_K kernels (patch 0005) in one pass each
         let (ok, out) = run(Command::new(&exe).arg(&model).args(["-n", "16", "-bmin", "2", "-bmax", "16", "-q", "--mode", "plain", "-fa", fa]));
@@ -92,10 +97,7 @@ fn unequal_slots_in_one_pass_are_bitwise_each_slot_alone() {
     // Patch 0014: four sequences verifying 0..4 tokens each (wrong drafts removed) in one forward pass, each
     // sequence's logits against it decoded alone, on the repacked Q4_K and Q6_K paths; without the exact
     // kernels the same check fails, so it does compare.
-    let model = kolm_rsd::fetch::model("qwen2.5-coder-0.5b", false).expect("fetch qwen2.5-coder-0.5b");
-    let dir = common::scratch("c-batch-invariance-ragged");
-    let exe = dir.join("batch_invariance");
-    common::cc(&["tests/c/batch_invariance.c"], &exe, false, false);
+    let (exe, model) = batch_invariance_on_qwen("c-batch-invariance-ragged");
     for fa in ["on", "off"] {
         let (ok, out) = run(Command::new(&exe).arg(&model).args(["-n", "16", "-q", "--mode", "ragged", "-fa", fa]));
         assert!(ok, "Qwen, flash attention {fa}: a slot's logits differ from it decoded alone\n{out}");

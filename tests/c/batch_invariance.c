@@ -494,16 +494,8 @@ int main(int argc, char ** argv) {
     struct llama_batch batch = llama_batch_init(o->n_ctx, 0, RAGGED_NSEQ);
     const size_t lsz = sizeof(float) * (size_t) g_n_vocab;
 
-    if (o->ragged_bench > 0) {
-        const int rc = run_ragged_bench(&batch, prompt, n_prompt);
-        free(prompt);
-        llama_batch_free(batch);
-        llama_model_free(g_model);
-        return rc;
-    }
-
-    if (o->bench > 0) {
-        const int rc = run_bench(&batch, prompt, n_prompt);
+    if (o->ragged_bench > 0 || o->bench > 0) {
+        const int rc = o->ragged_bench > 0 ? run_ragged_bench(&batch, prompt, n_prompt) : run_bench(&batch, prompt, n_prompt);
         free(prompt);
         llama_batch_free(batch);
         llama_model_free(g_model);
