@@ -154,15 +154,16 @@ impl BetaModel {
             sum += b;
             dearest = dearest.max(b);
         });
-        // What `observe_step` fits: a step that one layout takes as several passes is measured against its sum.
-        let uneven = layout == Layout::Unified && {
+        // A bucket measures steps that are one pass under both layouts (`observe_step`); one that the split
+        // layout takes as several is measured against its sum, as steps of several passes are.
+        let one_pass_either_way = || {
             let mut split = 0;
             passes(n, &tokens, Layout::Split, |_| split += 1);
-            split > 1
+            split == 1
         };
         match count {
             0 => 1.0,
-            1 if !uneven => sum,
+            1 if layout == Layout::Split || one_pass_either_way() => sum,
             _ => (self.fits[index(layout)].log_ratio.exp() * sum).max(dearest),
         }
     }
