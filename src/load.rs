@@ -50,8 +50,9 @@ impl Request {
 /// How a request ended.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Outcome {
-    /// A whole answer: its text, tokens and the drafts the server reports for it.
-    Done { content: String, tokens: u64, prompt_n: u64, draft_n: u64, draft_accepted: u64 },
+    /// A whole answer: its text, tokens, the drafts the server reports for it, and the seconds the server spent
+    /// on it in its slot (prompt and generation; the rest of the client's time it waited for a slot).
+    Done { content: String, tokens: u64, prompt_n: u64, draft_n: u64, draft_accepted: u64, served_s: f64 },
     /// The server answered with an HTTP error.
     Refused { status: u16, message: String },
     /// The client hung up on purpose.
@@ -149,6 +150,7 @@ fn done(v: &Value, content: String) -> Outcome {
         prompt_n: t["prompt_n"].as_u64().unwrap_or(0),
         draft_n: t["draft_n"].as_u64().unwrap_or(0),
         draft_accepted: t["draft_n_accepted"].as_u64().unwrap_or(0),
+        served_s: (t["prompt_ms"].as_f64().unwrap_or(0.0) + t["predicted_ms"].as_f64().unwrap_or(0.0)) / 1000.0,
     }
 }
 
@@ -218,11 +220,11 @@ mod tests {
         let sse = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n\
                    data: {\"content\":\"a\",\"stop\":false}\n\n\
                    data: {\"content\":\"b\",\"stop\":false}\n\n\
-                   data: {\"content\":\"\",\"stop\":true,\"timings\":{\"predicted_n\":2,\"prompt_n\":7}}\n\n";
+                   data: {\"content\":\"\",\"stop\":true,\"timings\":{\"predicted_n\":2,\"prompt_n\":7,\"prompt_ms\":250.0,\"predicted_ms\":1250.0}}\n\n";
         let port = serve(sse, 2);
         let agent = ureq::agent();
         let got = send(&agent, port, &req(Kind::Stream));
-        assert_eq!(got, Outcome::Done { content: "ab".into(), tokens: 2, prompt_n: 7, draft_n: 0, draft_accepted: 0 });
+        assert_eq!(got, Outcome::Done { content: "ab".into(), tokens: 2, prompt_n: 7, draft_n: 0, draft_accepted: 0, served_s: 1.5 });
         assert_eq!(send(&agent, port, &req(Kind::Abandon { after_events: 1 })), Outcome::Abandoned { events: 1 });
 
         let bad = "HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n\

@@ -124,7 +124,28 @@ pub struct LoadRow {
     pub summary: String,
     /// What the run could reach at this slot count with its own acceptance (rows that drafted).
     pub ceiling: Option<LoadCeiling>,
+    /// The slowest completed requests, slowest first: what p99 is made of (a long wait for a slot, or a slow
+    /// answer once in one).
+    pub slowest: Vec<Slow>,
 }
+
+/// One slow request of a row.
+#[derive(Serialize)]
+pub struct Slow {
+    pub round: usize,
+    pub request: usize,
+    pub label: String,
+    /// Seconds into the round at which it was sent, from then to its last byte, and of those in its slot.
+    pub sent_s: f64,
+    pub secs: f64,
+    pub served_s: f64,
+    pub tokens: u64,
+    pub drafted: u64,
+    pub accepted: u64,
+}
+
+/// Slow requests kept per row.
+const SLOWEST: usize = 3;
 
 /// What the ceilings of a slot count rest on: the measured costs, plain's wall time and its prefill.
 #[derive(Serialize)]
@@ -298,6 +319,27 @@ fn row(sides: &[Side], requests: &[Request], alone: &std::collections::HashMap<s
             (l.to_string(), crate::quantile::quantile(&xs, 0.5))
         })
         .collect();
+    let mut slowest: Vec<Slow> = sides
+        .iter()
+        .enumerate()
+        .flat_map(|(round, s)| s.records.iter().map(move |r| (round, r)))
+        .filter_map(|(round, r)| match r.outcome {
+            Outcome::Done { tokens, draft_n, draft_accepted, served_s, .. } if !matches!(requests[r.request].kind, Kind::Raw { .. }) => Some(Slow {
+                round,
+                request: r.request,
+                label: requests[r.request].label.clone(),
+                sent_s: r.started,
+                secs: r.secs,
+                served_s,
+                tokens,
+                drafted: draft_n,
+                accepted: draft_accepted,
+            }),
+            _ => None,
+        })
+        .collect();
+    slowest.sort_by(|a, b| b.secs.total_cmp(&a.secs));
+    slowest.truncate(SLOWEST);
     // The tokens summed above over the rounds' wall time: what `pooled_rate` gives, without a second pass.
     let wall_s: f64 = sides.iter().map(|s| s.wall).sum();
     let rate = tokens as f64 / wall_s.max(1e-9);
@@ -321,6 +363,7 @@ fn row(sides: &[Side], requests: &[Request], alone: &std::collections::HashMap<s
         healthy: sides.iter().all(|s| s.healthy),
         summary: sides.iter().map(|s| s.summary.as_str()).filter(|s| !s.is_empty()).collect::<Vec<_>>().join(" | "),
         ceiling: None,
+        slowest,
     }
 }
 
@@ -367,6 +410,15 @@ pub fn markdown(rows: &[LoadRow], bases: &[CeilingBasis], o: &LoadOptions) -> St
             if r.healthy { "yes" } else { "**no**" }
         );
     }
+    let _ = writeln!(s, "\nSlowest requests (time to last token, of it in a slot, sent at into the round, tokens, drafted / accepted):");
+    for r in rows {
+        let slow: Vec<String> = r
+            .slowest
+            .iter()
+            .map(|x| format!("{:.1} s ({:.1} s in a slot; {}, #{} of round {}, sent at {:.1} s, {} tokens, {} / {})", x.secs, x.served_s, x.label, x.request, x.round + 1, x.sent_s, x.tokens, x.drafted, x.accepted))
+            .collect();
+        let _ = writeln!(s, "- -np {} {}: {}", r.slots, r.config, slow.join("; "));
+    }
     if !bases.is_empty() {
         let _ = writeln!(
             s,
@@ -411,6 +463,8 @@ fn file_name(p: &Path) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::load::Record;
+    use std::collections::HashMap;
 
     fn opts() -> LoadOptions {
         LoadOptions {
@@ -442,6 +496,28 @@ mod tests {
         assert_eq!(reqs.iter().filter(|r| r.kind == Kind::Stream).count(), 16);
         assert_eq!(reqs[..4].iter().map(|r| r.prompt.as_str()).collect::<Vec<_>>(), ["s1", "p1", "s2", "p1"]);
         assert!(plan(&s, &[], &opts()).iter().all(|r| r.label == "structured"), "no prose: structured only");
+    }
+
+    #[test]
+    fn a_row_names_its_slowest_answers_and_leaves_raw_bodies_out() {
+        let mut reqs = plan(&["s".to_string()], &["p".to_string()], &opts());
+        reqs[5].kind = Kind::Raw { path: "/completion", body: "{".into() };
+        let done = |i: usize, secs: f64| Record {
+            request: i,
+            outcome: Outcome::Done { content: String::new(), tokens: 10 + i as u64, prompt_n: 1, draft_n: i as u64, draft_accepted: 0, served_s: 0.5 },
+            secs,
+            started: i as f64,
+        };
+        let mut records: Vec<Record> = (0..5).map(|i| done(i, 1.0 + i as f64)).collect();
+        records.push(done(5, 99.0));
+        records.push(Record { request: 6, outcome: Outcome::Failed("cut".into()), secs: 50.0, started: 6.0 });
+        let side = Side { name: "kolm".into(), records, wall: 10.0, healthy: true, rss_kib: None, summary: String::new() };
+        let r = row(&[side], &reqs, &HashMap::new(), 4, LoadConfig::Kolm, 1.0);
+        let slow: Vec<(usize, f64, u64)> = r.slowest.iter().map(|x| (x.request, x.secs, x.tokens)).collect();
+        assert_eq!(slow, [(4, 5.0, 14), (3, 4.0, 13), (2, 3.0, 12)], "completed greedy answers only, slowest first");
+        assert_eq!(r.p99_s, 5.0, "p99 is made of the same requests");
+        let md = markdown(&[r], &[], &opts());
+        assert!(md.contains("- -np 4 kolm: 5.0 s (0.5 s in a slot; structured, #4 of round 1, sent at 4.0 s, 14 tokens, 4 / 0)"), "{md}");
     }
 
     #[test]
