@@ -327,9 +327,9 @@ fn row(sides: &[Side], requests: &[Request], alone: &std::collections::HashMap<s
     let mut slowest: Vec<Slow> = sides
         .iter()
         .enumerate()
-        .flat_map(|(round, s)| s.records.iter().map(move |r| (round, r)))
+        .flat_map(|(round, s)| s.answers(requests).map(move |r| (round, r)))
         .filter_map(|(round, r)| match r.outcome {
-            Outcome::Done { tokens, draft_n, draft_accepted, served_s, .. } if !matches!(requests[r.request].kind, Kind::Raw { .. }) => Some(Slow {
+            Outcome::Done { tokens, draft_n, draft_accepted, served_s, .. } => Some(Slow {
                 round,
                 request: r.request,
                 label: requests[r.request].label.clone(),

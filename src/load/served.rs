@@ -42,11 +42,12 @@ impl Side {
 
     /// Times to last token of the completed greedy requests.
     pub fn latencies(&self, requests: &[Request]) -> Vec<f64> {
-        self.records
-            .iter()
-            .filter(|r| matches!(r.outcome, Outcome::Done { .. }) && !matches!(requests[r.request].kind, Kind::Raw { .. }))
-            .map(|r| r.secs)
-            .collect()
+        self.answers(requests).map(|r| r.secs).collect()
+    }
+
+    /// The completed answers to greedy requests (raw bodies aside): what latencies are taken over.
+    pub fn answers<'a>(&'a self, requests: &'a [Request]) -> impl Iterator<Item = &'a Record> + 'a {
+        self.records.iter().filter(|r| matches!(r.outcome, Outcome::Done { .. }) && !matches!(requests[r.request].kind, Kind::Raw { .. }))
     }
 
     /// Completed greedy records against the answers served alone: (identical, differing with the answer
