@@ -91,17 +91,20 @@ impl LoadCosts {
 
 /// Measures [`LoadCosts`] for `slots` sequences on `model` with `threads` threads (0: one per core). Every
 /// slot first holds `n_past` tokens; each timed step decodes k tokens in every slot (logits at every
-/// position, as verification asks) in the calls strict batching makes ([`Steps::time`]); then one slot alone
-/// verifying 1..=CALL_MAX tokens, and the [`uneven_shapes`]. Prefill: prompts of 32 to `max_prompt` tokens decoded alone (logits at the last).
+/// position, as verification asks) in the calls strict batching makes ([`Steps::time`]); so are one slot alone
+/// verifying 1..=CALL_MAX tokens and the [`uneven_shapes`], all in turn. Prefill: prompts of 32 to `max_prompt` tokens decoded alone (logits at the last).
 pub fn measure(model: &Model, slots: usize, threads: i32, n_past: usize, max_prompt: usize, reps: usize) -> Result<LoadCosts, LlamaError> {
     let mut steps = Steps::new(model, slots, threads, n_past, CALL_MAX, max_prompt)?;
-    let shapes: Vec<Vec<usize>> = (1..=CALL_MAX).map(|k| vec![k; slots]).collect();
-    let step_ms = steps.time(&shapes, reps)?;
+    // Every shape in one interleaved loop: timed in two (the equal steps first), drift between them showed as a
+    // step of 2 tokens a slot costing 254 ms in the first and 190 in the second (session 29, `-np 8`).
     let uneven_shapes = uneven_shapes(slots);
-    let mut one_slot: Vec<Vec<usize>> = (1..=CALL_MAX).map(|n| vec![n]).collect();
-    one_slot.extend(uneven_shapes.iter().cloned());
-    let t = steps.time(&one_slot, reps)?;
-    let (single, measured) = t.split_at(CALL_MAX);
+    let mut shapes: Vec<Vec<usize>> = (1..=CALL_MAX).map(|k| vec![k; slots]).collect();
+    shapes.extend((1..=CALL_MAX).map(|n| vec![n]));
+    shapes.extend(uneven_shapes.iter().cloned());
+    let t = steps.time(&shapes, reps)?;
+    let (step_ms, rest) = t.split_at(CALL_MAX);
+    let (single, measured) = rest.split_at(CALL_MAX);
+    let step_ms = step_ms.to_vec();
     let price = |shape: &[usize], layout| {
         let mut ms = 0.0;
         passes(shape.len(), |j| shape[j], layout, |n| ms += single[n.min(CALL_MAX) - 1]);
