@@ -111,6 +111,9 @@ pub struct LoadRow {
     pub tokens: u64,
     pub wall_s: f64,
     pub tok_per_s: f64,
+    /// Each round's own rate, in round order: rounds of one configuration differ by up to 15% here, so a
+    /// pooled ratio is read beside them.
+    pub round_tok_per_s: Vec<f64>,
     /// Against plain at the same slot count.
     pub speedup: f64,
     pub p50_s: f64,
@@ -359,6 +362,7 @@ fn row(sides: &[Side], requests: &[Request], alone: &std::collections::HashMap<s
         tokens,
         wall_s,
         tok_per_s: rate,
+        round_tok_per_s: sides.iter().map(Side::tok_per_s).collect(),
         speedup: rate / base.max(1e-9),
         p50_s: crate::quantile::quantile(&lat, 0.5),
         p99_s: crate::quantile::quantile(&lat, 0.99),
@@ -386,24 +390,28 @@ pub fn markdown(rows: &[LoadRow], bases: &[CeilingBasis], o: &LoadOptions) -> St
         file_name(&o.model),
         file_name(&o.pack)
     );
-    let _ = writeln!(s, "| -np | config | done | identical to alone | tok/s | × plain | p50 s | p99 s | p50 structured / prose s | drafted | accepted | ceiling (γ) | of ceiling | healthy |");
+    let _ = writeln!(s, "| -np | config | done | identical to alone | tok/s (by round) | × plain | p50 s | p99 s | p50 structured / prose s | drafted | accepted | ceiling (γ) | of ceiling | healthy |");
     let _ = writeln!(s, "|---:|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---|");
     for r in rows {
         let by_label: Vec<String> = r.p50_by_label.iter().map(|(_, v)| format!("{v:.1}")).collect();
+        let rate = match r.round_tok_per_s.as_slice() {
+            [_, _, ..] => format!("{:.1} ({})", r.tok_per_s, r.round_tok_per_s.iter().map(|x| format!("{x:.1}")).collect::<Vec<_>>().join(", ")),
+            _ => format!("{:.1}", r.tok_per_s),
+        };
         let (ceil, of) = match &r.ceiling {
             Some(c) => (format!("{:.2}× ({})", c.s, c.gamma), format!("{:.0}%", 100.0 * c.share)),
             None => ("–".into(), "–".into()),
         };
         let _ = writeln!(
             s,
-            "| {} | {} | {}/{} | {}/{} | {:.1} | {:.2}× | {:.1} | {:.1} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {}/{} | {}/{} | {} | {:.2}× | {:.1} | {:.1} | {} | {} | {} | {} | {} | {} |",
             r.slots,
             r.config,
             r.done,
             r.sent,
             r.identical,
             r.compared,
-            r.tok_per_s,
+            rate,
             r.speedup,
             r.p50_s,
             r.p99_s,
@@ -523,6 +531,30 @@ mod tests {
         assert_eq!(r.p99_s, 5.0, "p99 is made of the same requests");
         let md = markdown(&[r], &[], &opts());
         assert!(md.contains("- -np 4 kolm: 5.0 s (0.5 s in a slot; structured, #4 of round 1, sent at 4.0 s, 14 tokens, 4 / 0)"), "{md}");
+    }
+
+    #[test]
+    fn rounds_pool_their_tokens_and_each_keeps_its_own_rate() {
+        let reqs = plan(&["s".to_string()], &[], &opts());
+        let side = |tokens: u64, wall: f64| Side {
+            name: "kolm".into(),
+            records: vec![Record {
+                request: 0,
+                outcome: Outcome::Done { content: String::new(), tokens, prompt_n: 1, draft_n: 0, draft_accepted: 0, served_s: 1.0 },
+                secs: 1.0,
+                started: 0.0,
+            }],
+            wall,
+            healthy: true,
+            rss_kib: None,
+            summary: String::new(),
+        };
+        let r = row(&[side(300, 10.0), side(300, 20.0)], &reqs, &HashMap::new(), 4, LoadConfig::Kolm, 10.0);
+        assert_eq!(r.round_tok_per_s, [30.0, 15.0]);
+        assert_eq!(r.tok_per_s, 20.0, "600 tokens in 30 s, not the mean of the rounds' rates");
+        assert!(markdown(&[r], &[], &opts()).contains("| 20.0 (30.0, 15.0) | 2.00× |"));
+        let one = row(&[side(300, 10.0)], &reqs, &HashMap::new(), 4, LoadConfig::Kolm, 10.0);
+        assert!(markdown(&[one], &[], &opts()).contains("| 30.0 | 3.00× |"), "one round: its rate alone");
     }
 
     #[test]
