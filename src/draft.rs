@@ -82,6 +82,8 @@ pub struct Drafter {
     gate: Option<Gate>,
     /// Recipes learned from every sequence's verified answers, shared by all sequences.
     live: Option<Live>,
+    /// Whether the last `propose` was the first of a server step.
+    stepped: bool,
 }
 
 impl Drafter {
@@ -105,6 +107,7 @@ impl Drafter {
             model_wait: 0,
             model_probe_every: 0,
             live: None,
+            stepped: false,
         }
     }
 
@@ -169,6 +172,12 @@ impl Drafter {
         self.source.as_ref().map(|s| s.summary())
     }
 
+    /// The tokens each slot verified (0: not in it) in the step that the last `propose` ended by being the first
+    /// of the next one; None when it was not.
+    pub fn ended_step(&self) -> Option<&[usize]> {
+        self.stepped.then(|| self.rounds.last())
+    }
+
     /// Marks the end of a `propose` on `seq` at `now_ns`: the step's verify cost is timed from here, so
     /// a draft model's own time is not taken for verify cost.
     pub fn end_propose(&mut self, seq: usize, now_ns: u64) {
@@ -223,6 +232,7 @@ impl Drafter {
         out: &mut Vec<i32>,
     ) -> usize {
         out.clear();
+        self.stepped = false;
         let model_cost = self.model_cost();
         let cfg = &self.cfg;
         let Some(s) = self.seqs.get_mut(seq) else {
@@ -231,6 +241,7 @@ impl Drafter {
         s.stats.calls += 1;
         // The gate's "off" windows draft nothing (and ask the draft model nothing); misses are still found.
         let new_step = self.rounds.enter(seq);
+        self.stepped = new_step;
         let gated = self.gate.as_mut().is_some_and(|g| {
             g.call(now_ns, new_step);
             g.arm() == Arm::Off

@@ -2,6 +2,7 @@
 //! the GGUF or named), the combined drafter with break-even control, and the local miss log.
 
 mod live;
+mod steplog;
 
 pub use live::default_live_path;
 
@@ -54,6 +55,8 @@ pub struct EngineConfig {
     pub live: LiveChoice,
     /// Its size, in entries.
     pub live_cap: usize,
+    /// Where a line per server step goes (`steplog=PATH`), to compare steps' cost in place with their price.
+    pub step_log: Option<PathBuf>,
 }
 
 /// Whether an engine learns from what it serves, and where that is kept across restarts.
@@ -110,6 +113,7 @@ impl Default for EngineConfig {
             n_threads: 0,
             live: LiveChoice::Memory,
             live_cap: crate::live::DEFAULT_CAPACITY,
+            step_log: None,
         }
     }
 }
@@ -157,7 +161,7 @@ impl EngineConfig {
 
     /// Parses `--spec-plugin-arg`: comma-separated `key=value` (`pack=PATH|off`, `misslog=PATH|off`, `misslog_cap=BYTES`,
     /// `adaptive=0|1`, `context=0|1`, `nmax=N`, `draft=GGUF`, `shortlist=PATH|full`, `margin=F`, `request_rows=0|1`,
-    /// `head_dev=cpu|best`, `live=PATH|mem|off`, `live_cap=ENTRIES`); a bare value is the pack path. Without `pack=`,
+    /// `head_dev=cpu|best`, `live=PATH|mem|off`, `live_cap=ENTRIES`, `steplog=PATH`); a bare value is the pack path. Without `pack=`,
     /// the pack beside the model is used when it exists; without `shortlist=`, the shortlist beside the draft GGUF,
     /// else the full head; without `head_dev=`, [`DEFAULT_HEAD_DEVICE`]; without `live=`, the live index is kept in
     /// [`default_live_path`].
@@ -229,12 +233,13 @@ impl EngineConfig {
                     }
                 }
                 Some(("context", v)) => cfg.use_context = parse_bool(v)?,
+                Some(("steplog", v)) => cfg.step_log = Some(PathBuf::from(v)),
                 Some(("nmax", v)) => {
                     cfg.n_max = v.parse().map_err(|_| EngineError::Arg(format!("--spec-plugin-arg: nmax={v} is not a number")))?
                 }
                 Some((k, _)) => {
                     return Err(EngineError::Arg(format!(
-                        "--spec-plugin-arg: unknown key `{k}` (known: pack, misslog, misslog_cap, adaptive, shared_gain, kv, context, nmax, draft, shortlist, margin, request_rows, head_dev, live, live_cap)"
+                        "--spec-plugin-arg: unknown key `{k}` (known: pack, misslog, misslog_cap, adaptive, shared_gain, kv, context, nmax, draft, shortlist, margin, request_rows, head_dev, live, live_cap, steplog)"
                     )))
                 }
             }
@@ -324,6 +329,7 @@ pub struct Engine {
     clock: Instant,
     /// Where the live index is kept, when it is.
     keeper: Option<live::Keeper>,
+    steps: Option<steplog::StepLog>,
 }
 
 impl Engine {
@@ -407,6 +413,13 @@ impl Engine {
         if let Some(source) = source {
             drafter = drafter.with_source(source);
         }
+        let steps = cfg.step_log.as_deref().and_then(|p| match steplog::StepLog::create(p) {
+            Ok(l) => Some(l),
+            Err(e) => {
+                eprintln!("kolm-rsd: step log {}: {e}; steps are not logged", p.display());
+                None
+            }
+        });
         Engine {
             drafter,
             draft: cfg.draft.clone().zip(head_backend),
@@ -417,6 +430,7 @@ impl Engine {
             misses_logged: 0,
             clock: Instant::now(),
             keeper,
+            steps,
         }
     }
 
@@ -430,6 +444,9 @@ impl Engine {
             k.tick(&self.drafter);
         }
         self.drafter.begin(seq, prompt);
+        if let Some(l) = &mut self.steps {
+            l.begin();
+        }
     }
 
     /// The request begun on `seq` comes with a predicted output (OpenAI `prediction`), a source of copies.
@@ -445,11 +462,18 @@ impl Engine {
     pub fn propose(&mut self, seq: usize, tokens: &[Token], id_last: Token, n_max: usize, out: &mut Vec<Token>) -> usize {
         let now = self.clock.elapsed().as_nanos() as u64;
         let n = self.drafter.propose(seq, tokens, id_last, n_max, now, out);
-        self.drafter.end_propose(seq, self.clock.elapsed().as_nanos() as u64);
+        let end = self.clock.elapsed().as_nanos() as u64;
+        self.drafter.end_propose(seq, end);
+        if let Some(l) = &mut self.steps {
+            l.proposed(now, end, self.drafter.ended_step());
+        }
         n
     }
 
     pub fn accept(&mut self, seq: usize, n_accepted: usize) {
+        if let Some(l) = &mut self.steps {
+            l.accepted(self.clock.elapsed().as_nanos() as u64);
+        }
         self.drafter.accept(seq, n_accepted);
     }
 
@@ -510,7 +534,8 @@ impl Engine {
                 k.as_ref().map_or(" in memory only".into(), |k| format!(", kept in {}", k.path().display()))
             ),
         };
-        format!("{pack}{draft}, {} sequences, {live}, {log}", self.n_seq)
+        let steps = self.steps.as_ref().map_or(String::new(), |l| format!(", steps logged to {}", l.path().display()));
+        format!("{pack}{draft}, {} sequences, {live}, {log}{steps}", self.n_seq)
     }
 
     /// One line at shutdown: what drafting did.
@@ -623,6 +648,8 @@ mod tests {
         assert_eq!(EngineConfig::from_plugin_arg("kv=split", "").unwrap().layout, Some(Layout::Split));
         let e = EngineConfig::from_plugin_arg("kv=both", "").unwrap_err().to_string();
         assert!(e.contains("kv=both is not auto, split or unified"), "{e}");
+        assert_eq!(EngineConfig::from_plugin_arg("steplog=/t/s.tsv", "").unwrap().step_log.as_deref(), Some(Path::new("/t/s.tsv")));
+        assert_eq!(c.step_log, None);
         let c = EngineConfig::from_plugin_arg("/x.recipes.json", "").unwrap();
         assert_eq!(c.pack.as_deref(), Some(Path::new("/x.recipes.json")));
         let e = EngineConfig::from_plugin_arg("colour=blue", "").unwrap_err().to_string();

@@ -96,6 +96,9 @@ pub struct LoadOptions {
     /// Rounds over the configurations at each slot count, every other one in reverse order, so that a
     /// machine's drift over minutes falls on every configuration alike; the rows pool the rounds.
     pub repeat: usize,
+    /// Every plugin configuration logs a line per server step (`steplog=`) to
+    /// `steps-np{slots}-{config}-r{round}.tsv` in `out`.
+    pub step_log: bool,
 }
 
 /// One configuration at one slot count.
@@ -177,7 +180,7 @@ pub fn plan(structured: &[String], prose: &[String], o: &LoadOptions) -> Vec<Req
         .collect()
 }
 
-fn server_options(o: &LoadOptions, c: LoadConfig, slots: u32) -> ServerOptions {
+fn server_options(o: &LoadOptions, c: LoadConfig, slots: u32, round: usize) -> ServerOptions {
     let mut s = ServerOptions::new(&o.model, &o.out.join(format!("load-np{slots}-{}.log", c.name())));
     s.n_parallel = slots;
     s.n_ctx = o.slot_ctx;
@@ -207,6 +210,10 @@ fn server_options(o: &LoadOptions, c: LoadConfig, slots: u32) -> ServerOptions {
         }
         LoadConfig::NgramSimple => s.extra.extend(["--spec-type".to_string(), "ngram-simple".to_string()]),
     }
+    if let Some(arg) = s.plugin_arg.as_mut().filter(|_| o.step_log) {
+        let path = o.out.join(format!("steps-np{slots}-{}-r{}.tsv", c.name(), round + 1));
+        arg.push_str(&format!(",steplog={}", path.display()));
+    }
     s
 }
 
@@ -219,7 +226,7 @@ pub fn run(structured: &[String], prose: &[String], o: &LoadOptions, obs: &dyn O
     let limits = Limits { clients: o.clients, deadline: Duration::from_secs(24 * 3600), request_timeout: o.request_timeout };
     obs.add_total((1 + o.slots.len() * o.configs.len() * o.repeat.max(1)) as u64);
 
-    let alone_server = Server::start(&server_options(o, LoadConfig::Plain, 1))?;
+    let alone_server = Server::start(&server_options(o, LoadConfig::Plain, 1, 0))?;
     let alone = served::alone(&alone_server, &requests, o.request_timeout);
     alone_server.stop();
     obs.step("answers served alone");
@@ -236,7 +243,7 @@ pub fn run(structured: &[String], prose: &[String], o: &LoadOptions, obs: &dyn O
             }
             for i in order {
                 let c = o.configs[i];
-                let opts = server_options(o, c, slots);
+                let opts = server_options(o, c, slots, round);
                 let mut server = Server::start(&opts)?;
                 let mut side = Side::serve(c.name(), &mut server, &requests, limits);
                 server.stop();
@@ -496,6 +503,7 @@ mod tests {
             out: "out".into(),
             request_timeout: Duration::from_secs(60),
             repeat: 1,
+            step_log: false,
         }
     }
 
@@ -567,20 +575,24 @@ mod tests {
     fn each_configuration_gets_its_flags() {
         let o = opts();
         let http = |slots: u32| vec!["--threads-http".to_string(), (16 + slots).to_string()];
-        assert!(server_options(&o, LoadConfig::Plain, 4).plugin.is_none());
-        assert_eq!(server_options(&o, LoadConfig::Plain, 4).extra, http(4), "a thread for every client, in every configuration");
-        assert_eq!(server_options(&o, LoadConfig::PlainStrict, 4).extra[2..], ["--strict-batching"]);
-        let idle = server_options(&o, LoadConfig::KolmIdle, 4);
+        assert!(server_options(&o, LoadConfig::Plain, 4, 0).plugin.is_none());
+        assert_eq!(server_options(&o, LoadConfig::Plain, 4, 0).extra, http(4), "a thread for every client, in every configuration");
+        assert_eq!(server_options(&o, LoadConfig::PlainStrict, 4, 0).extra[2..], ["--strict-batching"]);
+        let idle = server_options(&o, LoadConfig::KolmIdle, 4, 0);
         assert_eq!(idle.plugin_arg.as_deref(), Some("pack=off,context=0,live=off,misslog=off"));
         assert_eq!(idle.n_parallel, 4);
-        let kolm = server_options(&o, LoadConfig::Kolm, 8).plugin_arg.unwrap();
+        let kolm = server_options(&o, LoadConfig::Kolm, 8, 0).plugin_arg.unwrap();
         assert!(kolm.starts_with("pack=m.recipes.json,live=mem,misslog="));
-        let b = server_options(&o, LoadConfig::KolmB, 8);
+        let b = server_options(&o, LoadConfig::KolmB, 8, 0);
         assert_eq!((b.plugin_arg.unwrap(), &b.extra[2..]), (format!("{kolm},shared_gain=0.05"), &["-kvu".to_string()][..]));
-        assert_eq!(server_options(&o, LoadConfig::Kolm, 8).extra, http(8));
-        let ngram = server_options(&o, LoadConfig::NgramSimple, 4);
+        assert_eq!(server_options(&o, LoadConfig::Kolm, 8, 0).extra, http(8));
+        let ngram = server_options(&o, LoadConfig::NgramSimple, 4, 0);
         assert_eq!((&ngram.extra[2..], ngram.plugin.is_none()), (&["--spec-type".to_string(), "ngram-simple".to_string()][..], true));
         assert!(LoadConfig::ALL.iter().all(|c| c.exact() == !matches!(c, LoadConfig::Plain | LoadConfig::NgramSimple)));
+        // With --step-log, each plugin server logs its steps to a file of its own slot count, name and round.
+        let logged = LoadOptions { step_log: true, ..o.clone() };
+        assert!(server_options(&logged, LoadConfig::KolmIdle, 8, 2).plugin_arg.unwrap().ends_with(",steplog=out/steps-np8-kolm-idle-r3.tsv"));
+        assert!(server_options(&logged, LoadConfig::Plain, 8, 2).plugin_arg.is_none());
         assert!(LoadConfig::ALL.iter().all(|c| LoadConfig::parse_list(c.name()).unwrap().contains(c)), "every name parses");
     }
 }

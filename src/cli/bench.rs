@@ -88,6 +88,10 @@ pub struct BenchArgs {
     /// Load mode: llama-server flags that configuration `kolm-b` adds to `kolm`'s (space-separated, e.g. `-kvu`).
     #[arg(long, requires = "load", allow_hyphen_values = true)]
     ab_server_args: Option<String>,
+    /// Load mode: every plugin configuration writes a line per server step (wall time, drafting time, the tokens
+    /// each slot verified) to steps-np{slots}-{config}-r{round}.tsv under --out.
+    #[arg(long, requires = "load")]
+    step_log: bool,
     /// Compile mode: the pack compile's generation throughput beside llama-batched-bench's at the same parallel
     /// sequences, prompt length and answer budget (first model, first workload, --train-prompts prompts,
     /// default 8; --samples, --n-predict as the answer budget, --threads).
@@ -271,6 +275,7 @@ fn run_load(a: BenchArgs) -> Result<i32, Box<dyn std::error::Error>> {
         out: a.out.clone(),
         request_timeout: Duration::from_secs(1800),
         repeat: a.repeat.unwrap_or(1).max(1),
+        step_log: a.step_log,
     };
     if o.slots.contains(&0) {
         return Err("--slots: a slot count must be at least 1".into());

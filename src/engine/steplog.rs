@@ -1,0 +1,114 @@
+//! A line per server step (`steplog=PATH`): its wall time, the part of it spent in the drafter's calls, the
+//! prompts begun in it and the tokens each slot verified. What the control prices a step at comes from calls
+//! timed alone; this is what the steps cost in place, beside the other slots' prompts and the server's own work.
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+/// Tab-separated: microseconds from the step's first `propose` to the next step's, from its first `propose` to
+/// the end of its last, from then to its first `accept` (`-`: none), the requests begun in it, and per slot the
+/// tokens it verified (comma-separated, 0: not in the step).
+const HEADER: &str = "wall_us\tdraft_us\tto_accept_us\tbegun\tslots";
+
+pub struct StepLog {
+    path: PathBuf,
+    out: Option<BufWriter<File>>,
+    /// Clock readings (ns) of the open step: its first `propose`, the end of its latest, its first `accept`.
+    start: Option<u64>,
+    drafted: u64,
+    accepted: Option<u64>,
+    begun: u32,
+}
+
+impl StepLog {
+    pub fn create(path: &Path) -> std::io::Result<StepLog> {
+        let mut out = BufWriter::new(File::create(path)?);
+        writeln!(out, "{HEADER}")?;
+        Ok(StepLog { path: path.to_path_buf(), out: Some(out), start: None, drafted: 0, accepted: None, begun: 0 })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// A request began (its prompt was evaluated in the open step).
+    pub fn begin(&mut self) {
+        self.begun += 1;
+    }
+
+    /// A `propose` ran from `start` to `end` ns; when it was the first of a step, `ended` holds the tokens of
+    /// each slot in the step before, which is written out.
+    pub fn proposed(&mut self, start: u64, end: u64, ended: Option<&[usize]>) {
+        if let (Some(slots), Some(s0)) = (ended, self.start) {
+            let to_accept = self.accepted.map_or("-".into(), |a| (a.saturating_sub(self.drafted) / 1000).to_string());
+            let slots: Vec<String> = slots.iter().map(usize::to_string).collect();
+            let line = format!(
+                "{}\t{}\t{to_accept}\t{}\t{}",
+                start.saturating_sub(s0) / 1000,
+                self.drafted.saturating_sub(s0) / 1000,
+                self.begun,
+                slots.join(",")
+            );
+            self.write(&line);
+            (self.start, self.accepted, self.begun) = (None, None, 0);
+        }
+        self.start.get_or_insert(start);
+        self.drafted = end;
+    }
+
+    /// An `accept` at `now` ns.
+    pub fn accepted(&mut self, now: u64) {
+        if self.start.is_some() {
+            self.accepted.get_or_insert(now);
+        }
+    }
+
+    /// Writes a line; a failed write stops the log (once, said on stderr) and never fails the server.
+    fn write(&mut self, line: &str) {
+        if let Some(out) = &mut self.out {
+            if let Err(e) = writeln!(out, "{line}") {
+                eprintln!("kolm-rsd: step log {}: {e}; no more steps are logged", self.path.display());
+                self.out = None;
+            }
+        }
+    }
+}
+
+impl Drop for StepLog {
+    fn drop(&mut self) {
+        if let Some(mut out) = self.out.take() {
+            if let Err(e) = out.flush() {
+                eprintln!("kolm-rsd: step log {}: {e}", self.path.display());
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_line_per_ended_step_with_its_phases() {
+        let dir = std::env::temp_dir().join(format!("kolm-steplog-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("steps.tsv");
+        {
+            let mut log = StepLog::create(&path).unwrap();
+            // Step 1: two slots propose (1..3 µs and 3..5 µs), one request begins, slot 0 accepts at 40 µs.
+            log.proposed(1_000, 3_000, None);
+            log.proposed(3_000, 5_000, None);
+            log.begin();
+            log.accepted(40_000);
+            log.accepted(41_000);
+            // Step 2 starts at 101 µs; step 1 had slot 0 verify 4 tokens and slot 1 one.
+            log.proposed(101_000, 102_000, Some(&[4, 1, 0]));
+            // Step 3 starts at 301 µs: nothing accepted, nothing begun in step 2.
+            log.proposed(301_000, 302_000, Some(&[1, 1, 0]));
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(text, format!("{HEADER}\n100\t4\t35\t1\t4,1,0\n200\t1\t-\t0\t1,1,0\n"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
