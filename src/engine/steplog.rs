@@ -1,4 +1,4 @@
-//! A line per server step (`steplog=PATH`): its wall time, the part of it spent in the drafter's calls, the
+//! A line per server step (`steplog=PATH`): its wall time, the time spent in the drafter's calls, the
 //! prompts begun in it and the tokens each slot verified. What the control prices a step at comes from calls
 //! timed alone; this is what the steps cost in place, beside the other slots' prompts and the server's own work.
 
@@ -6,15 +6,16 @@ use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
-/// Tab-separated: microseconds from the step's first `propose` to the next step's, from its first `propose` to
-/// the end of its last, from then to its first `accept` (`-`: none), the requests begun in it, and per slot the
-/// tokens it verified (comma-separated, 0: not in the step).
+/// Tab-separated: microseconds from the step's first `propose` to the next step's, in its `propose` calls, from
+/// its first `propose` to its first `accept` (`-`: none), the requests begun in it, and per slot the tokens it
+/// verified (comma-separated, 0: not in the step). A request begun in a step proposes first in the next server
+/// iteration, and its calls until an older slot's count in the step it began in.
 const HEADER: &str = "wall_us\tdraft_us\tto_accept_us\tbegun\tslots";
 
 pub struct StepLog {
     path: PathBuf,
     out: Option<BufWriter<File>>,
-    /// Clock readings (ns) of the open step: its first `propose`, the end of its latest, its first `accept`.
+    /// The open step: its first `propose` (ns), the time in its calls (ns), its first `accept` (ns).
     start: Option<u64>,
     drafted: u64,
     accepted: Option<u64>,
@@ -41,20 +42,20 @@ impl StepLog {
     /// each slot in the step before, which is written out.
     pub fn proposed(&mut self, start: u64, end: u64, ended: Option<&[usize]>) {
         if let (Some(slots), Some(s0)) = (ended, self.start) {
-            let to_accept = self.accepted.map_or("-".into(), |a| (a.saturating_sub(self.drafted) / 1000).to_string());
+            let to_accept = self.accepted.map_or("-".into(), |a| (a.saturating_sub(s0) / 1000).to_string());
             let slots: Vec<String> = slots.iter().map(usize::to_string).collect();
             let line = format!(
                 "{}\t{}\t{to_accept}\t{}\t{}",
                 start.saturating_sub(s0) / 1000,
-                self.drafted.saturating_sub(s0) / 1000,
+                self.drafted / 1000,
                 self.begun,
                 slots.join(",")
             );
             self.write(&line);
-            (self.start, self.accepted, self.begun) = (None, None, 0);
+            (self.start, self.drafted, self.accepted, self.begun) = (None, 0, None, 0);
         }
         self.start.get_or_insert(start);
-        self.drafted = end;
+        self.drafted += end.saturating_sub(start);
     }
 
     /// An `accept` at `now` ns.
@@ -96,9 +97,9 @@ mod tests {
         let path = dir.join("steps.tsv");
         {
             let mut log = StepLog::create(&path).unwrap();
-            // Step 1: two slots propose (1..3 µs and 3..5 µs), one request begins, slot 0 accepts at 40 µs.
+            // Step 1: two slots propose (1..3 µs and 4..6 µs), one request begins, slot 0 accepts at 40 µs.
             log.proposed(1_000, 3_000, None);
-            log.proposed(3_000, 5_000, None);
+            log.proposed(4_000, 6_000, None);
             log.begin();
             log.accepted(40_000);
             log.accepted(41_000);
@@ -108,7 +109,7 @@ mod tests {
             log.proposed(301_000, 302_000, Some(&[1, 1, 0]));
         }
         let text = std::fs::read_to_string(&path).unwrap();
-        assert_eq!(text, format!("{HEADER}\n100\t4\t35\t1\t4,1,0\n200\t1\t-\t0\t1,1,0\n"));
+        assert_eq!(text, format!("{HEADER}\n100\t4\t39\t1\t4,1,0\n200\t1\t-\t0\t1,1,0\n"));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
