@@ -82,8 +82,10 @@ pub struct Drafter {
     gate: Option<Gate>,
     /// Recipes learned from every sequence's verified answers, shared by all sequences.
     live: Option<Live>,
-    /// Whether the last `propose` was the first of a server step.
+    /// Whether the last `propose` was the first of a server step, and what the β model priced the step that
+    /// ended there at (ns) before learning from it.
     stepped: bool,
+    stepped_price: Option<f64>,
 }
 
 impl Drafter {
@@ -108,6 +110,7 @@ impl Drafter {
             model_probe_every: 0,
             live: None,
             stepped: false,
+            stepped_price: None,
         }
     }
 
@@ -173,9 +176,10 @@ impl Drafter {
     }
 
     /// The tokens each slot verified (0: not in it) in the step that the last `propose` ended by being the first
-    /// of the next one; None when it was not.
-    pub fn ended_step(&self) -> Option<&[usize]> {
-        self.stepped.then(|| self.rounds.last())
+    /// of the next one, and what the β model priced that step at (ns; None before it knows a unit); None when
+    /// the call was not the first of a step.
+    pub fn ended_step(&self) -> Option<(&[usize], Option<f64>)> {
+        self.stepped.then(|| (self.rounds.last(), self.stepped_price))
     }
 
     /// Marks the end of a `propose` on `seq` at `now_ns`: the step's verify cost is timed from here, so
@@ -242,6 +246,10 @@ impl Drafter {
         // The gate's "off" windows draft nothing (and ask the draft model nothing); misses are still found.
         let new_step = self.rounds.enter(seq);
         self.stepped = new_step;
+        if new_step {
+            let last = self.rounds.last();
+            self.stepped_price = self.beta.unit_ns().map(|u| u * self.beta.step(last.len(), |j| last[j]));
+        }
         let gated = self.gate.as_mut().is_some_and(|g| {
             g.call(now_ns, new_step);
             g.arm() == Arm::Off

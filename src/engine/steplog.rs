@@ -6,11 +6,11 @@ use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
-/// Tab-separated: microseconds from the step's first `propose` to the next step's, in its `propose` calls, from
-/// its first `propose` to its first `accept` (`-`: none), the requests begun in it, and per slot the tokens it
-/// verified (comma-separated, 0: not in the step). A request begun in a step proposes first in the next server
+/// Tab-separated: microseconds from the step's first `propose` to the next step's, what the drafter's β model
+/// priced the step at before it learned from it (`-`: no price yet), in its `propose` calls, from its first
+/// `propose` to its first `accept` (`-`: none), the requests begun in it, and per slot the tokens it verified (comma-separated, 0: not in the step). A request begun in a step proposes first in the next server
 /// iteration, and its calls until an older slot's count in the step it began in.
-const HEADER: &str = "wall_us\tdraft_us\tto_accept_us\tbegun\tslots";
+const HEADER: &str = "wall_us\tpriced_us\tdraft_us\tto_accept_us\tbegun\tslots";
 
 pub struct StepLog {
     path: PathBuf,
@@ -39,13 +39,14 @@ impl StepLog {
     }
 
     /// A `propose` ran from `start` to `end` ns; when it was the first of a step, `ended` holds the tokens of
-    /// each slot in the step before, which is written out.
-    pub fn proposed(&mut self, start: u64, end: u64, ended: Option<&[usize]>) {
-        if let (Some(slots), Some(s0)) = (ended, self.start) {
+    /// each slot in the step before and its price (ns), which are written out.
+    pub fn proposed(&mut self, start: u64, end: u64, ended: Option<(&[usize], Option<f64>)>) {
+        if let (Some((slots, price)), Some(s0)) = (ended, self.start) {
+            let price = price.map_or("-".into(), |p| format!("{:.0}", p / 1000.0));
             let to_accept = self.accepted.map_or("-".into(), |a| (a.saturating_sub(s0) / 1000).to_string());
             let slots: Vec<String> = slots.iter().map(usize::to_string).collect();
             let line = format!(
-                "{}\t{}\t{to_accept}\t{}\t{}",
+                "{}\t{price}\t{}\t{to_accept}\t{}\t{}",
                 start.saturating_sub(s0) / 1000,
                 self.drafted / 1000,
                 self.begun,
@@ -104,12 +105,12 @@ mod tests {
             log.accepted(40_000);
             log.accepted(41_000);
             // Step 2 starts at 101 µs; step 1 had slot 0 verify 4 tokens and slot 1 one.
-            log.proposed(101_000, 102_000, Some(&[4, 1, 0]));
+            log.proposed(101_000, 102_000, Some((&[4, 1, 0], Some(90_400.0))));
             // Step 3 starts at 301 µs: nothing accepted, nothing begun in step 2.
-            log.proposed(301_000, 302_000, Some(&[1, 1, 0]));
+            log.proposed(301_000, 302_000, Some((&[1, 1, 0], None)));
         }
         let text = std::fs::read_to_string(&path).unwrap();
-        assert_eq!(text, format!("{HEADER}\n100\t4\t39\t1\t4,1,0\n200\t1\t-\t0\t1,1,0\n"));
+        assert_eq!(text, format!("{HEADER}\n100\t90\t4\t39\t1\t4,1,0\n200\t-\t1\t-\t0\t1,1,0\n"));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
