@@ -5,6 +5,7 @@ mod live;
 mod steplog;
 
 pub use live::default_live_path;
+pub use steplog::HEADER as STEP_LOG_HEADER;
 
 use crate::draft::model::{ModelDraftConfig, ModelDrafter};
 use crate::draft::syntax::TokenTexts;

@@ -5,6 +5,7 @@
 //! alone without speculation. The prompts are held out from the pack ([`workload::split`]).
 
 use super::load_ceiling::{self, LoadCeiling, LoadCosts};
+use super::steps::{self, InPlace};
 use super::Observer;
 use crate::load::served::{self, Side};
 use crate::llama::{Model, ModelOptions};
@@ -133,6 +134,8 @@ pub struct LoadRow {
     /// The slowest completed requests, slowest first: what p99 is made of (a long wait for a slot, or a slow
     /// answer once in one).
     pub slowest: Vec<Slow>,
+    /// Per round, what its steps took by the plugin's step log (`--step-log`; None where there was none).
+    pub in_place: Vec<Option<InPlace>>,
 }
 
 /// One slow request of a row.
@@ -211,10 +214,13 @@ fn server_options(o: &LoadOptions, c: LoadConfig, slots: u32, round: usize) -> S
         LoadConfig::NgramSimple => s.extra.extend(["--spec-type".to_string(), "ngram-simple".to_string()]),
     }
     if let Some(arg) = s.plugin_arg.as_mut().filter(|_| o.step_log) {
-        let path = o.out.join(format!("steps-np{slots}-{}-r{}.tsv", c.name(), round + 1));
-        arg.push_str(&format!(",steplog={}", path.display()));
+        arg.push_str(&format!(",steplog={}", step_log_path(o, c, slots, round).display()));
     }
     s
+}
+
+fn step_log_path(o: &LoadOptions, c: LoadConfig, slots: u32, round: usize) -> PathBuf {
+    o.out.join(format!("steps-np{slots}-{}-r{}.tsv", c.name(), round + 1))
 }
 
 /// Runs every configuration at every slot count on the same stream; rows in (slots, config) order, then the
@@ -236,6 +242,7 @@ pub fn run(structured: &[String], prose: &[String], o: &LoadOptions, obs: &dyn O
     let mut plain_prompts = Vec::new();
     for &slots in &o.slots {
         let mut sides: Vec<Vec<Side>> = o.configs.iter().map(|_| Vec::new()).collect();
+        let mut in_place: Vec<Vec<Option<InPlace>>> = o.configs.iter().map(|_| Vec::new()).collect();
         for round in 0..o.repeat.max(1) {
             let mut order: Vec<usize> = (0..o.configs.len()).collect();
             if round % 2 == 1 {
@@ -248,13 +255,21 @@ pub fn run(structured: &[String], prose: &[String], o: &LoadOptions, obs: &dyn O
                 let mut side = Side::serve(c.name(), &mut server, &requests, limits);
                 server.stop();
                 side.summary = plugin_summary(&opts.log);
+                let steps = opts.plugin_arg.as_ref().filter(|_| o.step_log).and_then(|_| {
+                    let path = step_log_path(o, c, slots, round);
+                    steps::read(&path).unwrap_or_else(|e| {
+                        obs.step(&format!("step log not read: {e}"));
+                        None
+                    })
+                });
+                in_place[i].push(steps);
                 obs.step(&format!("-np {slots} {} round {}: {:.1} tok/s", c.name(), round + 1, side.tok_per_s()));
                 sides[i].push(side);
             }
         }
         let base = pooled_rate(&sides[0]);
-        for (c, s) in o.configs.iter().zip(&sides) {
-            rows.push(row(s, &requests, &alone, slots, *c, base));
+        for ((c, s), steps) in o.configs.iter().zip(&sides).zip(in_place) {
+            rows.push(LoadRow { in_place: steps, ..row(s, &requests, &alone, slots, *c, base) });
         }
         let prompts: Vec<u64> =
             sides[0].iter().flat_map(|s| &s.records).filter_map(|r| if let Outcome::Done { prompt_n, .. } = r.outcome { Some(prompt_n) } else { None }).collect();
@@ -380,6 +395,40 @@ fn row(sides: &[Side], requests: &[Request], alone: &std::collections::HashMap<s
         summary: sides.iter().map(|s| s.summary.as_str()).filter(|s| !s.is_empty()).collect::<Vec<_>>().join(" | "),
         ceiling: None,
         slowest,
+        in_place: Vec::new(),
+    }
+}
+
+/// Per plugin round, its wall time split by the step log into prompts and generation, also in units of the run's
+/// own one-token step of every slot (`--step-log`).
+fn in_place_table(s: &mut String, rows: &[LoadRow]) {
+    if rows.iter().all(|r| r.in_place.iter().all(Option::is_none)) {
+        return;
+    }
+    let _ = writeln!(
+        s,
+        "\nSteps in place (the plugin's step log; m: the round's median generation step with every slot at one token, \
+         the machine's speed in that round; wall/price: the drafter's β model against the steps' wall time):\n"
+    );
+    let _ = writeln!(s, "| -np | config | round | in prompt steps s | in generation steps s | m ms | generation in m | prompt per request in m | wall/price |");
+    let _ = writeln!(s, "|---:|---|---:|---:|---:|---:|---:|---:|---:|");
+    for r in rows {
+        for (i, p) in r.in_place.iter().enumerate() {
+            let Some(p) = p else { continue };
+            let price = p.wall_over_price.map_or("–".into(), |x| format!("{x:.2}"));
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {:.1} | {:.1} | {:.1} | {:.0} | {:.1} | {price} |",
+                r.slots,
+                r.config,
+                i + 1,
+                p.prompt_s,
+                p.gen_s,
+                p.unit_ms,
+                p.gen_units(),
+                p.prompt_units_per_request()
+            );
+        }
     }
 }
 
@@ -439,6 +488,7 @@ pub fn markdown(rows: &[LoadRow], bases: &[CeilingBasis], o: &LoadOptions) -> St
             .collect();
         let _ = writeln!(s, "- -np {} {}: {}", r.slots, r.config, slow.join("; "));
     }
+    in_place_table(&mut s, rows);
     if !bases.is_empty() {
         let _ = writeln!(
             s,
@@ -560,9 +610,21 @@ mod tests {
         let r = row(&[side(300, 10.0), side(300, 20.0)], &reqs, &HashMap::new(), 4, LoadConfig::Kolm, 10.0);
         assert_eq!(r.round_tok_per_s, [30.0, 15.0]);
         assert_eq!(r.tok_per_s, 20.0, "600 tokens in 30 s, not the mean of the rounds' rates");
-        assert!(markdown(&[r], &[], &opts()).contains("| 20.0 (30.0, 15.0) | 2.00× |"));
+        let md = markdown(&[r], &[], &opts());
+        assert!(md.contains("| 20.0 (30.0, 15.0) | 2.00× |"));
+        assert!(!md.contains("Steps in place"), "no step log, no table");
         let one = row(&[side(300, 10.0)], &reqs, &HashMap::new(), 4, LoadConfig::Kolm, 10.0);
         assert!(markdown(&[one], &[], &opts()).contains("| 30.0 | 3.00× |"), "one round: its rate alone");
+    }
+
+    #[test]
+    fn step_logs_give_each_round_a_row_in_the_rounds_own_units() {
+        let reqs = plan(&["s".to_string()], &[], &opts());
+        let p = InPlace { steps: 500, begun: 64, prompt_s: 100.0, gen_s: 50.0, unit_ms: 125.0, wall_over_price: Some(0.98) };
+        let r = LoadRow { in_place: vec![None, Some(p)], ..row(&[], &reqs, &HashMap::new(), 8, LoadConfig::Kolm, 10.0) };
+        let md = markdown(&[r], &[], &opts());
+        assert!(md.contains("| 8 | kolm | 2 | 100.0 | 50.0 | 125.0 | 400 | 12.5 | 0.98 |"), "{md}");
+        assert!(!md.contains("| 8 | kolm | 1 |"), "a round without a log has no row");
     }
 
     #[test]

@@ -17,6 +17,7 @@ pub mod lookup_cache;
 pub mod prep;
 pub mod report;
 pub mod run;
+pub mod steps;
 pub mod timing;
 
 use crate::draft::model::ModelDraftConfig;

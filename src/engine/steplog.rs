@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 /// priced the step at before it learned from it (`-`: no price yet), in its `propose` calls, from its first
 /// `propose` to its first `accept` (`-`: none), the requests begun in it, and per slot the tokens it verified (comma-separated, 0: not in the step). A request begun in a step proposes first in the next server
 /// iteration, and its calls until an older slot's count in the step it began in.
-const HEADER: &str = "wall_us\tpriced_us\tdraft_us\tto_accept_us\tbegun\tslots";
+pub const HEADER: &str = "wall_us\tpriced_us\tdraft_us\tto_accept_us\tbegun\tslots";
 
 pub struct StepLog {
     path: PathBuf,
