@@ -938,9 +938,9 @@ mod tests {
     }
 
     #[test]
-    fn a_shared_call_asks_a_larger_gain() {
+    fn a_shared_call_asks_its_own_gain() {
         // A copy after a 20-token match: alone it pays by far; in a call another sequence shares (in one pass: a
-        // unified KV cache), by about 11%.
+        // unified KV cache), by about 11%: less than a margin of 25% (the default until session 30), more than 5%.
         let passage: Vec<i32> = (100..130).collect();
         let mut prompt = vec![1, 2];
         prompt.extend(&passage);
@@ -955,9 +955,8 @@ mod tests {
             d.propose(1, &[50, 51], 52, 15, 0, out); // sequence 1 puts one token into the call
             d.propose(0, toks, *last, 15, 0, out)
         };
-        assert_eq!(drafted(dear(), &mut out), 0, "{out:?}");
-        let lenient = DrafterConfig { shared_min_gain: 0.05, ..dear() };
-        assert!(drafted(lenient, &mut out) >= 2, "with the single-sequence margin it would draft");
+        assert_eq!(drafted(DrafterConfig { shared_min_gain: 0.25, ..dear() }, &mut out), 0, "{out:?}");
+        assert!(drafted(dear(), &mut out) >= 2, "with the default margin it drafts");
         let mut alone = Drafter::new(None, dear());
         alone.begin(0, toks);
         assert!(alone.propose(0, toks, *last, 15, 0, &mut out) >= 3);

@@ -12,8 +12,7 @@ the drafter copies from the request alone. vLLM's speculative config refuses key
 pack cannot ride in it. A pack for another tokenizer stops the server with :class:`TokenizerMismatchError`.
 
 **Shared steps.** ``KOLM_RSD_SHARED_GAIN`` sets the margin over a plain step that a draft must promise when other
-requests share the verify step (the llama.cpp plugin's ``shared_gain=``); default 0.05, lower than the plugin's 0.25
-because vLLM verifies a step's drafts at about the cost of one step. A step's cost is learned as vLLM runs it, one
+requests share the verify step (the llama.cpp plugin's ``shared_gain=``); default 0.05, as the plugin's. A step's cost is learned as vLLM runs it, one
 forward pass of every request's tokens, priced per request and per drafted token (``KOLM_RSD_ONE_PASS=0``: priced
 as llama-server's calls of at most 16 tokens instead, kept to measure the difference).
 
@@ -42,10 +41,9 @@ from ._native import Drafter
 
 #: Tokens a row's identity is checked on, from its start.
 _HEAD = 16
-#: The margin a draft must promise in a step shared with other requests. The plugin asks 0.25 of llama.cpp at
-#: ``-np 4``, where a shared verify pass costs more; vLLM verifies a step's drafts at about one step's cost, and
-#: at 8 clients 0.05 served HumanEval 1.48x plain against 1.36x (code edits 1.18x against 1.15x, JSON and prose
-#: no lower; docs/vllm.md, session 19).
+#: The margin a draft must promise in a step shared with other requests, the plugin's default: at 8 clients 0.05
+#: served HumanEval 1.48x plain against 1.36x at 0.25 (code edits 1.18x against 1.15x, JSON and prose no lower;
+#: docs/vllm.md, session 19).
 _SHARED_GAIN = 0.05
 #: Steps between summary lines on stderr: vLLM ends its worker processes without running atexit handlers.
 _REPORT_EVERY = 256

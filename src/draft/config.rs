@@ -54,12 +54,11 @@ pub struct DrafterConfig {
     /// A draft is made only when it is expected to be this much faster than a plain step (0.05 = 5%):
     /// acceptance is an estimate, and a draft that barely pays on average loses as often as it wins.
     pub min_gain: f64,
-    /// The same when other sequences share the verify call (`-np > 1`). The shared-call score rests on what
-    /// the others proposed a step earlier and on a β measured only for whole calls, and served at `-np 4` it
-    /// drafted JSON at 87% acceptance and ran at 0.87× of plain decoding: a larger margin is asked there. An A/B
-    /// at 0.05 drafted twice as much at 87% and gained nothing (1.00× against 1.03×; BENCHMARKS.md, session 15), while
-    /// steps were still priced as one call of their tokens. Since session 16 they are priced by their passes
-    /// ([`super::step`]); whether the margin can come down with that has not been measured.
+    /// The same when other sequences share the verify call (`-np > 1`). It was 0.25 while shared steps were priced
+    /// as one call of their tokens (session 15: served at `-np 4` the control drafted JSON at 87% and ran at 0.87×).
+    /// Priced by their passes ([`super::step`]), steps in place took 0.95–0.99 of their price (session 30's step
+    /// logs), and with no margin generation took 10–30% fewer of the round's own one-token steps at `-np 8`
+    /// (HumanEval, three rounds) and 11% fewer at `-np 4` (JSON and prose); the single-sequence margin remains.
     pub shared_min_gain: f64,
     /// How llama-server cuts a step into forward passes (`kv=split|unified`); None: learned from step times.
     pub layout: Option<Layout>,
@@ -109,7 +108,7 @@ impl Default for DrafterConfig {
             model_probe_alpha: 0.9,
             miss_capacity: 4096,
             min_gain: 0.05,
-            shared_min_gain: 0.25,
+            shared_min_gain: 0.05,
             layout: None,
             adaptive: true,
             use_context: true,
