@@ -258,7 +258,7 @@ pub fn run(structured: &[String], prose: &[String], o: &LoadOptions, obs: &dyn O
                 let steps = opts.plugin_arg.as_ref().filter(|_| o.step_log).and_then(|_| {
                     let path = step_log_path(o, c, slots, round);
                     steps::read(&path).unwrap_or_else(|e| {
-                        obs.step(&format!("step log not read: {e}"));
+                        obs.note(&format!("step log not read: {e}"));
                         None
                     })
                 });

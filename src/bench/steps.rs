@@ -1,7 +1,7 @@
 //! One server run as its step log tells it (`steplog=`, `bench --load --step-log`): the wall time in steps that
 //! evaluated a request's prompt and in generation steps, each also in units of the run's own one-token step of
 //! every slot. On this machine that step read 102–165 ms in server runs of the same settings (session 30), so
-//! rounds' rates differ by more than drafting changes them; in the run's own units they do not.
+//! rounds' rates differ by more than drafting changes them; the run's own unit takes most of that out.
 
 use serde::Serialize;
 use std::path::Path;
