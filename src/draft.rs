@@ -83,9 +83,10 @@ pub struct Drafter {
     /// Recipes learned from every sequence's verified answers, shared by all sequences.
     live: Option<Live>,
     /// Whether the last `propose` was the first of a server step, and what the β model priced the step that
-    /// ended there at (ns) before learning from it.
+    /// ended there at (ns) before learning from it, when asked to ([`Drafter::with_step_prices`]).
     stepped: bool,
     stepped_price: Option<f64>,
+    price_steps: bool,
 }
 
 impl Drafter {
@@ -111,7 +112,15 @@ impl Drafter {
             live: None,
             stepped: false,
             stepped_price: None,
+            price_steps: false,
         }
+    }
+
+    /// Prices every step that ends before learning from it, for [`Drafter::ended_step`] (a step log): work the
+    /// drafter does not need for itself.
+    pub fn with_step_prices(mut self) -> Drafter {
+        self.price_steps = true;
+        self
     }
 
     /// Attaches a live index: every sequence's verified answer tokens are counted into it, and it is consulted
@@ -176,8 +185,8 @@ impl Drafter {
     }
 
     /// The tokens each slot verified (0: not in it) in the step that the last `propose` ended by being the first
-    /// of the next one, and what the β model priced that step at (ns; None before it knows a unit); None when
-    /// the call was not the first of a step.
+    /// of the next one, and what the β model priced that step at (ns; None before it knows a unit or when not
+    /// asked to price steps); None when the call was not the first of a step.
     pub fn ended_step(&self) -> Option<(&[usize], Option<f64>)> {
         self.stepped.then(|| (self.rounds.last(), self.stepped_price))
     }
@@ -246,7 +255,7 @@ impl Drafter {
         // The gate's "off" windows draft nothing (and ask the draft model nothing); misses are still found.
         let new_step = self.rounds.enter(seq);
         self.stepped = new_step;
-        if new_step {
+        if new_step && self.price_steps {
             let last = self.rounds.last();
             self.stepped_price = self.beta.unit_ns().map(|u| u * self.beta.step(last.len(), |j| last[j]));
         }
@@ -935,6 +944,35 @@ mod tests {
         assert_eq!(answer(&[6, 8, 9, 10, 8, 11, 12], 8), [13], "after `name` comes `email`");
         assert_eq!(answer(&[6, 8, 9, 10, 8, 11, 12, 8, 13, 10, 8, 11, 12], 8), [14]);
         assert_eq!(answer(&[6, 8, 9, 10, 8], 11), [] as [i32; 0], "values are not keys");
+    }
+
+    #[test]
+    fn steps_are_priced_only_when_asked() {
+        const MS: u64 = 1_000_000;
+        let ended = |priced: bool| {
+            let mut d = Drafter::new(None, DrafterConfig { n_seq: 2, ..DrafterConfig::default() });
+            if priced {
+                d = d.with_step_prices();
+            }
+            let mut out = Vec::new();
+            d.begin(0, &[1, 2]);
+            d.begin(1, &[3, 4]);
+            let mut seen = Vec::new();
+            for step in 0..3u64 {
+                for seq in 0..2 {
+                    d.propose(seq, &[1, 2], 5, 4, step * 10 * MS, &mut out);
+                    if let Some((slots, price)) = d.ended_step() {
+                        seen.push((slots.to_vec(), price));
+                    }
+                }
+            }
+            seen
+        };
+        let priced = ended(true);
+        assert_eq!(priced.len(), 2, "two steps ended: {priced:?}");
+        assert!(priced.iter().all(|(slots, _)| slots == &[1, 1]), "{priced:?}");
+        assert!(priced[1].1.is_some_and(|p| p > 0.0), "priced once a step was timed: {priced:?}");
+        assert!(ended(false).iter().all(|(_, p)| p.is_none()), "no price unless asked");
     }
 
     #[test]

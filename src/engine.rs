@@ -421,6 +421,9 @@ impl Engine {
                 None
             }
         });
+        if steps.is_some() {
+            drafter = drafter.with_step_prices();
+        }
         Engine {
             drafter,
             draft: cfg.draft.clone().zip(head_backend),

@@ -8,8 +8,9 @@ use std::path::{Path, PathBuf};
 
 /// Tab-separated: microseconds from the step's first `propose` to the next step's, what the drafter's β model
 /// priced the step at before it learned from it (`-`: no price yet), in its `propose` calls, from its first
-/// `propose` to its first `accept` (`-`: none), the requests begun in it, and per slot the tokens it verified (comma-separated, 0: not in the step). A request begun in a step proposes first in the next server
-/// iteration, and its calls until an older slot's count in the step it began in.
+/// `propose` to its first `accept` (`-`: none), the requests begun in it, and per slot the tokens it verified
+/// (comma-separated, 0: not in the step). A request begun in a step proposes first in the next server
+/// iteration; its calls before an older slot's count in the step it began in.
 pub const HEADER: &str = "wall_us\tpriced_us\tdraft_us\tto_accept_us\tbegun\tslots";
 
 pub struct StepLog {
