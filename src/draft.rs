@@ -40,7 +40,7 @@ use crate::live::Live;
 use chain::{build_chain, estimate, Lookups};
 use class::{Class, Source, N_CLASSES};
 use control::{best_length, Acceptance, BetaModel, Rates, Verify, MAX_DRAFT};
-use gate::{Arm, Gate};
+use gate::{Arm, Clock, Gate, GateConfig};
 use miss::Pending;
 use seq::Seq;
 use step::Rounds;
@@ -98,7 +98,7 @@ impl Drafter {
         Drafter {
             beta: BetaModel::new(&cfg.beta_prior).with_layout(cfg.layout),
             rounds: Rounds::new(cfg.n_seq),
-            gate: cfg.gate.clone().filter(|_| cfg.adaptive).map(Gate::new),
+            gate: cfg.gate.clone().filter(|_| cfg.adaptive).map(|g| Gate::new(GateConfig { clock: g.clock.or(Some(cfg.gate_clock())), ..g })),
             cfg,
             index,
             seqs,
@@ -259,7 +259,13 @@ impl Drafter {
             let last = self.rounds.last();
             self.stepped_price = self.beta.unit_ns().map(|u| u * self.beta.step(last.len(), |j| last[j]));
         }
+        let beta = &self.beta;
         let gated = self.gate.as_mut().is_some_and(|g| {
+            if new_step && g.clock() == Clock::PlainSteps {
+                let last = self.rounds.last();
+                let slots = last.iter().filter(|&&t| t > 0).count();
+                g.plain_step(slots, beta.unit_ns().map(|u| u * beta.step(last.len(), |j| last[j].min(1))));
+            }
             g.call(now_ns, new_step);
             g.arm() == Arm::Off
         });
@@ -510,7 +516,6 @@ mod tests {
     use super::step::Layout;
     use super::*;
     use crate::pack::tests::{lit, meta};
-    use gate::GateConfig;
     use syntax::Place;
     use crate::pack::{Entry, Pack};
 
@@ -1236,6 +1241,40 @@ mod tests {
         let prior = BetaModel::new(DEFAULT_BETA_PRIOR);
         assert!((1..=4).all(|g| f64::from(st.beta[g]) > prior.beta(g + 1)), "verification measured dearer than the prior: {st:?}");
         assert!(st.alpha > 0.9, "{st:?}");
+    }
+
+    #[test]
+    fn with_several_slots_the_gate_counts_plain_steps() {
+        assert_eq!(DrafterConfig::default().gate_clock(), Clock::Wall, "a sequence alone: wall time");
+        let cfg = DrafterConfig { n_seq: 4, use_context: false, ..DrafterConfig::default() };
+        assert_eq!(cfg.gate_clock(), Clock::PlainSteps);
+        assert_eq!(DrafterConfig { layout: Some(Layout::OnePass), ..cfg.clone() }.gate_clock(), Clock::Wall, "vLLM's steps");
+        // Four slots, two of them generating only every other stretch of 20 steps, nothing to draft: a step of n
+        // slots takes 30 + 12 n ms. In tokens per second the windows would read 51 or 37; in the β model's plain
+        // steps of their own slots, one token a slot either way.
+        let mut d = Drafter::new(None, cfg);
+        let mut toks: Vec<Vec<i32>> = (0..4).map(|_| vec![1, 2, 3]).collect();
+        for (s, t) in toks.iter().enumerate() {
+            d.begin(s, t);
+        }
+        let (mut now, mut out) = (0u64, Vec::new());
+        for step in 0..2000u64 {
+            let n = if (step / 20) % 2 == 0 { 4 } else { 2 };
+            for (s, t) in toks.iter_mut().enumerate().take(n) {
+                let id = 10 + ((step * 7 + s as u64) % 50) as i32;
+                d.propose(s, t, id, 8, now, &mut out);
+                t.push(id);
+                now += 20_000;
+                d.end_propose(s, now);
+            }
+            now += (30 + 12 * n as u64) * 1_000_000;
+        }
+        let g = d.gate().unwrap();
+        assert_eq!(g.clock(), Clock::PlainSteps);
+        for r in g.rates().into_iter().flatten() {
+            assert!((r - 1.0).abs() < 0.05, "{:?}", g.rates());
+        }
+        assert!(g.ran[0] + g.ran[1] >= 10, "{:?}", g.ran);
     }
 
     #[test]

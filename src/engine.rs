@@ -9,6 +9,7 @@ pub use steplog::HEADER as STEP_LOG_HEADER;
 
 use crate::draft::model::{ModelDraftConfig, ModelDrafter};
 use crate::draft::syntax::TokenTexts;
+use crate::draft::gate::{Clock, GateConfig};
 use crate::draft::step::Layout;
 use crate::draft::{Drafter, DrafterConfig, Miss, Stats, TokenSource};
 use crate::head::HeadDevice;
@@ -58,6 +59,10 @@ pub struct EngineConfig {
     pub live_cap: usize,
     /// Where a line per server step goes (`steplog=PATH`), to compare steps' cost in place with their price.
     pub step_log: Option<PathBuf>,
+    /// The measured on/off gate over the control (`gate=off` drops it), and its clock (`gate=wall|steps`; None:
+    /// the drafter's choice, [`DrafterConfig::gate_clock`]).
+    pub gate: bool,
+    pub gate_clock: Option<Clock>,
 }
 
 /// Whether an engine learns from what it serves, and where that is kept across restarts.
@@ -115,6 +120,8 @@ impl Default for EngineConfig {
             live: LiveChoice::Memory,
             live_cap: crate::live::DEFAULT_CAPACITY,
             step_log: None,
+            gate: true,
+            gate_clock: None,
         }
     }
 }
@@ -161,7 +168,7 @@ impl EngineConfig {
     }
 
     /// Parses `--spec-plugin-arg`: comma-separated `key=value` (`pack=PATH|off`, `misslog=PATH|off`, `misslog_cap=BYTES`,
-    /// `adaptive=0|1`, `context=0|1`, `nmax=N`, `draft=GGUF`, `shortlist=PATH|full`, `margin=F`, `request_rows=0|1`,
+    /// `adaptive=0|1`, `shared_gain=F`, `gate=auto|wall|steps|off`, `kv=auto|split|unified`, `context=0|1`, `nmax=N`, `draft=GGUF`, `shortlist=PATH|full`, `margin=F`, `request_rows=0|1`,
     /// `head_dev=cpu|best`, `live=PATH|mem|off`, `live_cap=ENTRIES`, `steplog=PATH`); a bare value is the pack path. Without `pack=`,
     /// the pack beside the model is used when it exists; without `shortlist=`, the shortlist beside the draft GGUF,
     /// else the full head; without `head_dev=`, [`DEFAULT_HEAD_DEVICE`]; without `live=`, the live index is kept in
@@ -234,13 +241,22 @@ impl EngineConfig {
                     }
                 }
                 Some(("context", v)) => cfg.use_context = parse_bool(v)?,
+                Some(("gate", v)) => {
+                    (cfg.gate, cfg.gate_clock) = match v {
+                        "auto" => (true, None),
+                        "wall" => (true, Some(Clock::Wall)),
+                        "steps" => (true, Some(Clock::PlainSteps)),
+                        "off" => (false, None),
+                        _ => return Err(EngineError::Arg(format!("--spec-plugin-arg: gate={v} is not auto, wall, steps or off"))),
+                    }
+                }
                 Some(("steplog", v)) => cfg.step_log = Some(PathBuf::from(v)),
                 Some(("nmax", v)) => {
                     cfg.n_max = v.parse().map_err(|_| EngineError::Arg(format!("--spec-plugin-arg: nmax={v} is not a number")))?
                 }
                 Some((k, _)) => {
                     return Err(EngineError::Arg(format!(
-                        "--spec-plugin-arg: unknown key `{k}` (known: pack, misslog, misslog_cap, adaptive, shared_gain, kv, context, nmax, draft, shortlist, margin, request_rows, head_dev, live, live_cap, steplog)"
+                        "--spec-plugin-arg: unknown key `{k}` (known: pack, misslog, misslog_cap, adaptive, shared_gain, gate, kv, context, nmax, draft, shortlist, margin, request_rows, head_dev, live, live_cap, steplog)"
                     )))
                 }
             }
@@ -391,6 +407,7 @@ impl Engine {
             shared_min_gain: cfg.shared_gain,
             layout: cfg.layout,
             use_context: cfg.use_context,
+            gate: cfg.gate.then_some(GateConfig { clock: cfg.gate_clock, ..GateConfig::default() }),
             ..DrafterConfig::default()
         };
         let mut drafter = Drafter::new(index, dcfg).with_texts(texts);
@@ -603,12 +620,17 @@ fn load_draft(model: &Model, want: &str, d: &DraftChoice, cfg: &EngineConfig) ->
     Ok((Box::new(md), backend))
 }
 
-/// "on 40 / off 9 windows (62.1 / 55.0 tok/s), 120 sure steps": how the measured gate ran.
+/// "on 40 / off 9 windows (62.1 / 55.0 tok/s), 120 sure steps": how the measured gate ran (with several slots,
+/// rates in a slot's tokens per plain step).
 fn gate_line(g: Option<&crate::draft::gate::Gate>) -> String {
     let Some(g) = g else { return "none".into() };
-    let rate = |r: Option<f64>| r.map_or("?".into(), |r| format!("{r:.1}"));
+    let (digits, unit) = match g.clock() {
+        Clock::Wall => (1, "tok/s"),
+        Clock::PlainSteps => (3, "tokens a slot per plain step"),
+    };
+    let rate = |r: Option<f64>| r.map_or("?".into(), |r| format!("{r:.digits$}"));
     let [on, off] = g.rates();
-    format!("on {} / off {} windows ({} / {} tok/s), {} sure steps", g.ran[0], g.ran[1], rate(on), rate(off), g.sure_steps)
+    format!("on {} / off {} windows ({} / {} {unit}), {} sure steps", g.ran[0], g.ran[1], rate(on), rate(off), g.sure_steps)
 }
 
 impl Drop for Engine {
@@ -654,6 +676,13 @@ mod tests {
         assert!(e.contains("kv=both is not auto, split or unified"), "{e}");
         assert_eq!(EngineConfig::from_plugin_arg("steplog=/t/s.tsv", "").unwrap().step_log.as_deref(), Some(Path::new("/t/s.tsv")));
         assert_eq!(c.step_log, None);
+        assert_eq!((c.gate, c.gate_clock), (true, None));
+        for (v, want) in [("off", (false, None)), ("wall", (true, Some(Clock::Wall))), ("steps", (true, Some(Clock::PlainSteps))), ("auto", (true, None))] {
+            let g = EngineConfig::from_plugin_arg(&format!("gate={v}"), "").unwrap();
+            assert_eq!((g.gate, g.gate_clock), want, "gate={v}");
+        }
+        let e = EngineConfig::from_plugin_arg("gate=maybe", "").unwrap_err().to_string();
+        assert!(e.contains("gate=maybe is not auto, wall, steps or off"), "{e}");
         let c = EngineConfig::from_plugin_arg("/x.recipes.json", "").unwrap();
         assert_eq!(c.pack.as_deref(), Some(Path::new("/x.recipes.json")));
         let e = EngineConfig::from_plugin_arg("colour=blue", "").unwrap_err().to_string();

@@ -3,7 +3,7 @@
 use super::class::{DEFAULT_PRIOR, N_CLASSES};
 use super::control::{DEFAULT_BETA_PRIOR, INVARIANT_DRAFT};
 use super::step::Layout;
-use super::gate::GateConfig;
+use super::gate::{Clock, GateConfig};
 use crate::index::{Hit, Index};
 
 /// Tuning of the drafter; `Default` is what the plugin uses.
@@ -76,6 +76,17 @@ impl DrafterConfig {
     /// The pack's recipe for the end of `history`, if it is as sure as this configuration asks.
     pub fn recipe(&self, index: &Index, history: &[i32]) -> Option<Hit> {
         index.lookup(history).filter(|h| self.sure(h))
+    }
+
+    /// The gate's clock unless its config names one: plain steps where several slots share llama-server's steps
+    /// (their number moves a window's tokens per second as much as drafting does), wall time for a sequence alone
+    /// and in vLLM's one-pass steps, whose price per number of requests is fitted from few steps.
+    pub fn gate_clock(&self) -> Clock {
+        if self.n_seq > 1 && self.layout != Some(Layout::OnePass) {
+            Clock::PlainSteps
+        } else {
+            Clock::Wall
+        }
     }
 
     /// Whether a recipe (of the pack or the live index) is as sure as this configuration asks.

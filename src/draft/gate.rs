@@ -32,6 +32,13 @@
 //! a prompt was decoded in it (served at `-np 4` with short windows of 12 calls, the gate split its windows 34
 //! drafting and 25 not, where a steady choice re-measures about one in 32, and ran 1.00× of plain).
 //!
+//! With several slots a window's tokens per second say as much about how many slots were generating (a step of
+//! eight slots yields 8 tokens in 127 ms, one of three 3 in 60 ms, on Qwen2.5-Coder-1.5B at `-np 8`) as about
+//! drafting, so there the gate counts its time in plain steps ([`Clock::PlainSteps`]): each step's time over what the
+//! β model prices the same slots at one token each. Not drafting reads about one token a slot per plain step
+//! whatever the occupancy, drafting what it gains. Served at `-np 8` on wall time the gate kept drafting off in
+//! 23 of 27 windows of a round where it had last measured drafting 28% faster (55.6 against 43.5 tok/s).
+//!
 //! The running arm's rate is a decayed average of its recent windows. The other arm's rate dates from its last
 //! run, often on other text (drafting pays on a JSON skeleton, not in a free-text value), so a re-measurement
 //! replaces it rather than nudging it: blended in at the running weight, one unlucky first window of drafting
@@ -74,12 +81,38 @@ pub struct GateConfig {
     /// 48-token copies of a docstring (HumanEval, replayed: 1.36× with them, 1.48× with no gate at all), and a
     /// window's rate said more about how much of its text was a copy than about drafting.
     pub pass: f32,
+    /// What a window's time is counted in; None: the drafter's choice ([`Clock::PlainSteps`] with several slots in
+    /// llama-server's steps, wall time alone and in vLLM's).
+    pub clock: Option<Clock>,
 }
 
 impl Default for GateConfig {
     fn default() -> Self {
-        GateConfig { window: 48, explore_every: 8, explore_max: 32, explore_cost: 0.005, weight: 0.3, idle_ns: 400_000_000, margin: 0.02, far: 1.5, short_window: 12, min_drafted: 8, pass: 0.95 }
+        GateConfig {
+            window: 48,
+            explore_every: 8,
+            explore_max: 32,
+            explore_cost: 0.005,
+            weight: 0.3,
+            idle_ns: 400_000_000,
+            margin: 0.02,
+            far: 1.5,
+            short_window: 12,
+            min_drafted: 8,
+            pass: 0.95,
+            clock: None,
+        }
     }
+}
+
+/// What the gate counts a window's time in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Clock {
+    /// Seconds: rates are tokens per second.
+    Wall,
+    /// Plain steps a slot: each step's time over the β model's price of its slots at one token each
+    /// ([`Gate::plain_step`]), so rates are tokens a slot per plain step, about 1 without drafting.
+    PlainSteps,
 }
 
 /// The two arms.
@@ -89,12 +122,12 @@ pub enum Arm {
     Off,
 }
 
-/// Measured tokens per second of each arm, and the window being measured.
+/// Measured rates of each arm (on its [`Clock`]), and the window being measured.
 #[derive(Clone, Debug)]
 pub struct Gate {
     cfg: GateConfig,
     arm: Arm,
-    /// Tokens per second, decayed over windows: [on, off].
+    /// Tokens per unit of the clock, decayed over windows: [on, off].
     rate: [Option<f64>; 2],
     /// Windows of the best arm since the other was last measured; the interval as confirmations doubled it,
     /// and the interval in use (no longer than the gap between the arms makes cheap).
@@ -105,7 +138,12 @@ pub struct Gate {
     best: Option<Arm>,
     /// The arm of the last full window.
     last: Option<Arm>,
-    start_ns: Option<u64>,
+    clock: Clock,
+    /// Slots per ns of a plain step of the step being timed ([`Clock::PlainSteps`]; None: no price yet).
+    scale: Option<f64>,
+    started: bool,
+    /// The window's time so far on the gate's clock, cut steps left out.
+    elapsed: f64,
     last_ns: u64,
     calls: u32,
     tokens: u64,
@@ -131,8 +169,10 @@ pub struct Gate {
 }
 
 impl Gate {
+    /// A gate on `cfg.clock`, or on wall time when the config leaves it open.
     pub fn new(cfg: GateConfig) -> Gate {
         let explore_every = cfg.explore_every.max(1);
+        let clock = cfg.clock.unwrap_or(Clock::Wall);
         Gate {
             cfg,
             arm: Arm::On,
@@ -142,7 +182,10 @@ impl Gate {
             explore_every,
             best: None,
             last: None,
-            start_ns: None,
+            clock,
+            scale: None,
+            started: false,
+            elapsed: 0.0,
             last_ns: 0,
             calls: 0,
             tokens: 0,
@@ -170,7 +213,7 @@ impl Gate {
         self.arm
     }
 
-    /// Measured rates [on, off], tokens per second.
+    /// Measured rates [on, off]: tokens per second, or a slot's tokens per plain step ([`Gate::clock`]).
     pub fn rates(&self) -> [Option<f64>; 2] {
         self.rate
     }
@@ -178,10 +221,10 @@ impl Gate {
     /// A `propose` call at `now_ns`, the first of a server step if `new_step`: the sequence produced one token
     /// (the one just sampled). Closes the window when it is full and picks the next window's arm.
     pub fn call(&mut self, now_ns: u64, new_step: bool) {
-        let Some(start) = self.start_ns else {
+        if !self.started {
             self.restart(now_ns);
             return;
-        };
+        }
         let gap = now_ns.saturating_sub(self.last_ns);
         self.last_ns = now_ns;
         let kept = std::mem::take(&mut self.kept);
@@ -199,12 +242,18 @@ impl Gate {
             self.sure_steps += 1;
             self.cut = true;
         }
-        if self.cut {
+        let dt = match self.clock {
+            Clock::Wall => Some(gap as f64 * 1e-9),
+            Clock::PlainSteps => self.scale.map(|s| gap as f64 * s),
+        };
+        // A step without a price yet is no arm's either.
+        self.cut |= dt.is_none();
+        let Some(dt) = dt.filter(|_| !self.cut) else {
             // The pause (or the step that decoded a prompt) leaves the window with its tokens; what the window
             // measured so far stays.
-            self.start_ns = Some(start + gap);
             return;
-        }
+        };
+        self.elapsed += dt;
         self.calls += 1;
         self.tokens += 1 + kept;
         self.steps += u32::from(new_step);
@@ -219,10 +268,9 @@ impl Gate {
         if !full {
             return;
         }
-        let secs = now_ns.saturating_sub(start) as f64 * 1e-9;
-        if secs > 0.0 {
+        if self.elapsed > 0.0 {
             let i = self.arm as usize;
-            let r = self.tokens as f64 / secs;
+            let r = self.tokens as f64 / self.elapsed;
             if self.arm == Arm::On {
                 self.on_per_call = self.tokens as f64 / f64::from(self.calls);
             }
@@ -251,6 +299,18 @@ impl Gate {
         }
     }
 
+    /// The step the next call ends verified `slots` slots, which at one token each the β model prices at
+    /// `price_ns` (None: no price yet): the step's time counts as its share of such a step a slot
+    /// ([`Clock::PlainSteps`]; wall time ignores it).
+    pub fn plain_step(&mut self, slots: usize, price_ns: Option<f64>) {
+        self.scale = price_ns.filter(|&p| p > 0.0 && slots > 0).map(|p| slots as f64 / p);
+    }
+
+    /// What the gate counts time in.
+    pub fn clock(&self) -> Clock {
+        self.clock
+    }
+
     /// A request's prompt was just decoded, in the step the next call follows (llama-server and vLLM begin a
     /// request right after the decode that evaluated its prompt).
     pub fn prompt(&mut self) {
@@ -273,7 +333,8 @@ impl Gate {
     }
 
     fn restart(&mut self, now_ns: u64) {
-        self.start_ns = Some(now_ns);
+        self.started = true;
+        self.elapsed = 0.0;
         self.last_ns = now_ns;
         self.calls = 0;
         self.tokens = 0;
@@ -386,6 +447,64 @@ mod tests {
             g.accepted(whole as usize);
         }
         g
+    }
+
+    /// A server whose generating slots come and go: `occupancy(step)` slots a step, a plain step of n slots taking
+    /// 30 + 12 n ms; drafting makes each step 10% dearer and keeps a quarter of a token a slot (1.136× faster).
+    fn serve_occupancy(clock: Clock, occupancy: impl Fn(usize) -> usize, steps: usize) -> Gate {
+        let cfg = GateConfig { window: 16, explore_every: 4, clock: Some(clock), ..GateConfig::default() };
+        let mut g = Gate::new(cfg);
+        let plain = |n: usize| (30 + 12 * n as u64) * 1_000_000;
+        let (mut now, mut carry, mut last) = (0u64, 0.0, 0);
+        for step in 0..steps {
+            let n = occupancy(step);
+            let mut drafting = false;
+            for slot in 0..n {
+                if slot == 0 {
+                    g.plain_step(last, (last > 0).then(|| plain(last) as f64));
+                }
+                now += 10_000;
+                g.call(now, slot == 0);
+                if g.arm() == Arm::On {
+                    g.drafted(2);
+                    drafting = true;
+                }
+            }
+            now += if drafting { plain(n) * 11 / 10 } else { plain(n) };
+            if drafting {
+                carry += 0.25 * n as f64;
+                let whole = carry.floor();
+                carry -= whole;
+                g.accepted(whole as usize);
+            }
+            last = n;
+        }
+        g
+    }
+
+    #[test]
+    fn with_slots_coming_and_going_plain_steps_time_what_drafting_gains() {
+        // Eight slots for 12 steps, then three for 6: a window's tokens per second moves by a third with the slots.
+        let occupancy = |step: usize| if step % 18 < 12 { 8 } else { 3 };
+        let g = serve_occupancy(Clock::PlainSteps, occupancy, 4000);
+        let [on, off] = g.rates().map(Option::unwrap);
+        assert!((off - 1.0).abs() < 0.02, "not drafting is a token a slot per plain step: {off:.3}");
+        assert!((on / off - 1.25 / 1.1).abs() < 0.03, "measured {:.3}, true {:.3}", on / off, 1.25 / 1.1);
+        assert!(g.ran[0] > 4 * g.ran[1], "{:?}", g.ran);
+        // On wall time the same server keeps drafting off in most windows: which arm ran while eight slots
+        // generated decided the rates (72 against 58 tok/s in the last windows, where the arms are 13.6% apart).
+        let w = serve_occupancy(Clock::Wall, occupancy, 4000);
+        assert!(w.ran[1] > w.ran[0], "{:?}", w.ran);
+        // A step before the β model has a price is no arm's.
+        let mut g = Gate::new(GateConfig { window: 1, min_drafted: 0, clock: Some(Clock::PlainSteps), ..GateConfig::default() });
+        g.call(0, true);
+        g.plain_step(2, None);
+        g.call(10_000_000, true);
+        assert_eq!((g.ran, g.pauses), ([0, 0], 0), "the unpriced step is cut, and is no pause");
+        g.plain_step(2, Some(10_000_000.0));
+        g.call(20_000_000, true);
+        assert_eq!(g.ran, [1, 0]);
+        assert!((g.rates()[0].unwrap() - 0.5).abs() < 1e-9, "one token in a plain step of two slots: {:?}", g.rates());
     }
 
     #[test]
