@@ -263,8 +263,8 @@ impl Drafter {
         let gated = self.gate.as_mut().is_some_and(|g| {
             if new_step && g.clock() == Clock::PlainSteps {
                 let last = self.rounds.last();
-                let slots = last.iter().filter(|&&t| t > 0).count();
-                g.plain_step(slots, beta.unit_ns().map(|u| u * beta.step(last.len(), |j| last[j].min(1))));
+                let price = beta.unit_ns().map(|u| u * beta.step(last.len(), |j| last[j].min(1)));
+                g.step(last.iter().filter(|&&t| t > 0).count(), last.iter().any(|&t| t > 1), price);
             }
             g.call(now_ns, new_step);
             g.arm() == Arm::Off

@@ -297,7 +297,7 @@ fn rows_drafted(tokens: impl Iterator<Item = usize>) -> (usize, usize) {
 /// Adds `x` to a running `mean` of `samples` measurements: past [`CLIP_AFTER`] samples `x` counts at most [`CLIP`]
 /// times the mean, and the mean is plain, then past [`EMA_SAMPLES`] an exponential moving average. The starting
 /// value of `mean` is worth `prior_weight` samples (0: the first measurement replaces it).
-fn clipped_average(mean: &mut f64, samples: &mut u32, x: f64, prior_weight: f64) {
+pub(super) fn clipped_average(mean: &mut f64, samples: &mut u32, x: f64, prior_weight: f64) {
     let x = if *samples >= CLIP_AFTER { x.min(CLIP * *mean) } else { x };
     *samples = samples.saturating_add(1);
     *mean += (x - *mean) / (f64::from((*samples).min(EMA_SAMPLES)) + prior_weight);

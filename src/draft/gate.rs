@@ -34,15 +34,22 @@
 //!
 //! With several slots a window's tokens per second say as much about how many slots were generating (a step of
 //! eight slots yields 8 tokens in 127 ms, one of three 3 in 60 ms, on Qwen2.5-Coder-1.5B at `-np 8`) as about
-//! drafting, so there the gate counts its time in plain steps ([`Clock::PlainSteps`]): each step's time over what the
-//! β model prices the same slots at one token each. Not drafting reads about one token a slot per plain step
-//! whatever the occupancy, drafting what it gains. Served at `-np 8` on wall time the gate kept drafting off in
-//! 23 of 27 windows of a round where it had last measured drafting 28% faster (55.6 against 43.5 tok/s).
+//! drafting, so there the gate counts its time in plain steps ([`Clock::PlainSteps`]): each step's time over what a
+//! step of as many slots at one token each was measured to take lately (in either arm: steps in which no slot
+//! drafted). Not drafting reads about one token a slot per plain step whatever the occupancy, drafting what it
+//! gains. Measured rather than priced by the β model: its buckets count tokens, not slots, and it priced the plain
+//! step of four slots 21–33% above its wall time at `-np 4` (three slots' steps, slower in place, lifted it). A
+//! number of slots not yet seen in a plain step takes the β model's price, scaled by what plain steps measured
+//! against it: a window that drafts at every step must still close.
+//! Served at `-np 8` on wall time the gate kept drafting off in 23 of 27 windows of a round where it had last
+//! measured drafting 28% faster (55.6 against 43.5 tok/s).
 //!
 //! The running arm's rate is a decayed average of its recent windows. The other arm's rate dates from its last
 //! run, often on other text (drafting pays on a JSON skeleton, not in a free-text value), so a re-measurement
 //! replaces it rather than nudging it: blended in at the running weight, one unlucky first window of drafting
 //! kept drafting off for hundreds of windows (the demo's pack ran 1.01× in one run and 1.29× in the next).
+
+use super::control::clipped_average;
 
 /// Tuning of the gate.
 #[derive(Clone, Debug)]
@@ -110,8 +117,8 @@ impl Default for GateConfig {
 pub enum Clock {
     /// Seconds: rates are tokens per second.
     Wall,
-    /// Plain steps a slot: each step's time over the β model's price of its slots at one token each
-    /// ([`Gate::plain_step`]), so rates are tokens a slot per plain step, about 1 without drafting.
+    /// Plain steps a slot: each step's time over the recent wall time of plain steps of as many slots
+    /// ([`Gate::step`]), so rates are tokens a slot per plain step, about 1 without drafting.
     PlainSteps,
 }
 
@@ -139,7 +146,14 @@ pub struct Gate {
     /// The arm of the last full window.
     last: Option<Arm>,
     clock: Clock,
-    /// Slots per ns of a plain step of the step being timed ([`Clock::PlainSteps`]; None: no price yet).
+    /// The step the next first call of a step ends: its generating slots, whether any verified a draft, and the β
+    /// model's price of its slots at one token each (ns).
+    ended: (usize, bool, Option<f64>),
+    /// Per number of slots, the mean wall time of a plain step (ns) and how many were measured.
+    plain: Vec<(f64, u32)>,
+    /// Plain steps' wall time over the β model's price, and how many were measured.
+    priced: (f64, u32),
+    /// Slots per ns of a plain step like the step being timed ([`Clock::PlainSteps`]; None: none measured yet).
     scale: Option<f64>,
     started: bool,
     /// The window's time so far on the gate's clock, cut steps left out.
@@ -183,6 +197,9 @@ impl Gate {
             best: None,
             last: None,
             clock,
+            ended: (0, false, None),
+            plain: Vec::new(),
+            priced: (0.0, 0),
             scale: None,
             started: false,
             elapsed: 0.0,
@@ -242,6 +259,9 @@ impl Gate {
             self.sure_steps += 1;
             self.cut = true;
         }
+        if new_step && self.clock == Clock::PlainSteps {
+            self.time_plain(gap);
+        }
         let dt = match self.clock {
             Clock::Wall => Some(gap as f64 * 1e-9),
             Clock::PlainSteps => self.scale.map(|s| gap as f64 * s),
@@ -299,11 +319,32 @@ impl Gate {
         }
     }
 
-    /// The step the next call ends verified `slots` slots, which at one token each the β model prices at
-    /// `price_ns` (None: no price yet): the step's time counts as its share of such a step a slot
+    /// The step the next call ends (as the first of the next step) had `slots` slots generating, `drafted` says
+    /// whether any of them verified a draft, and the β model prices those slots at one token each at `price_ns`
     /// ([`Clock::PlainSteps`]; wall time ignores it).
-    pub fn plain_step(&mut self, slots: usize, price_ns: Option<f64>) {
-        self.scale = price_ns.filter(|&p| p > 0.0 && slots > 0).map(|p| slots as f64 / p);
+    pub fn step(&mut self, slots: usize, drafted: bool, price_ns: Option<f64>) {
+        self.ended = (slots, drafted, price_ns.filter(|&p| p > 0.0));
+    }
+
+    /// At the first call of a step, which took `gap_ns` to end the one before: that step's unit is the plain step of
+    /// its slots as measured before it (or priced, corrected by what was measured), and a plain step that is not
+    /// cut out measures it.
+    fn time_plain(&mut self, gap_ns: u64) {
+        let (slots, drafted, price) = self.ended;
+        let measured = self.plain.get(slots).filter(|p| p.1 > 0).map(|p| p.0);
+        let priced = price.map(|p| if self.priced.1 > 0 { p * self.priced.0 } else { p });
+        self.scale = measured.or(priced).filter(|_| slots > 0).map(|ns| slots as f64 / ns);
+        if slots == 0 || drafted || self.cut {
+            return;
+        }
+        if self.plain.len() <= slots {
+            self.plain.resize(slots + 1, (0.0, 0));
+        }
+        let (mean, n) = &mut self.plain[slots];
+        clipped_average(mean, n, gap_ns as f64, 0.0);
+        if let Some(p) = price {
+            clipped_average(&mut self.priced.0, &mut self.priced.1, gap_ns as f64 / p, 0.0);
+        }
     }
 
     /// What the gate counts time in.
@@ -450,18 +491,19 @@ mod tests {
     }
 
     /// A server whose generating slots come and go: `occupancy(step)` slots a step, a plain step of n slots taking
-    /// 30 + 12 n ms; drafting makes each step 10% dearer and keeps a quarter of a token a slot (1.136× faster).
+    /// 30 + 12 n ms (priced 25% dearer by the β model); drafting makes each step 10% dearer and keeps a quarter of a
+    /// token a slot (1.136× faster).
     fn serve_occupancy(clock: Clock, occupancy: impl Fn(usize) -> usize, steps: usize) -> Gate {
         let cfg = GateConfig { window: 16, explore_every: 4, clock: Some(clock), ..GateConfig::default() };
         let mut g = Gate::new(cfg);
         let plain = |n: usize| (30 + 12 * n as u64) * 1_000_000;
-        let (mut now, mut carry, mut last) = (0u64, 0.0, 0);
+        let (mut now, mut carry, mut last) = (0u64, 0.0, (0, false));
         for step in 0..steps {
             let n = occupancy(step);
             let mut drafting = false;
             for slot in 0..n {
                 if slot == 0 {
-                    g.plain_step(last, (last > 0).then(|| plain(last) as f64));
+                    g.step(last.0, last.1, Some(plain(last.0) as f64 * 1.25));
                 }
                 now += 10_000;
                 g.call(now, slot == 0);
@@ -477,7 +519,7 @@ mod tests {
                 carry -= whole;
                 g.accepted(whole as usize);
             }
-            last = n;
+            last = (n, drafting);
         }
         g
     }
@@ -495,16 +537,25 @@ mod tests {
         // generated decided the rates (72 against 58 tok/s in the last windows, where the arms are 13.6% apart).
         let w = serve_occupancy(Clock::Wall, occupancy, 4000);
         assert!(w.ran[1] > w.ran[0], "{:?}", w.ran);
-        // A step before the β model has a price is no arm's.
+        // A step of as many slots as no plain step measured yet is no arm's, but measures one when it is plain.
         let mut g = Gate::new(GateConfig { window: 1, min_drafted: 0, clock: Some(Clock::PlainSteps), ..GateConfig::default() });
         g.call(0, true);
-        g.plain_step(2, None);
+        g.step(2, true, None);
         g.call(10_000_000, true);
-        assert_eq!((g.ran, g.pauses), ([0, 0], 0), "the unpriced step is cut, and is no pause");
-        g.plain_step(2, Some(10_000_000.0));
+        assert_eq!((g.ran, g.pauses), ([0, 0], 0), "a step neither measured nor priced is cut, and is no pause");
+        // Priced at 20 ms, it took 10: one token in half a plain step of two slots, per slot.
+        g.step(2, false, Some(20_000_000.0));
         g.call(20_000_000, true);
         assert_eq!(g.ran, [1, 0]);
-        assert!((g.rates()[0].unwrap() - 0.5).abs() < 1e-9, "one token in a plain step of two slots: {:?}", g.rates());
+        assert!((g.rates()[0].unwrap() - 1.0).abs() < 1e-9, "{:?}", g.rates());
+        // Measured since: 10 ms.
+        g.step(2, true, None);
+        g.call(30_000_000, true);
+        assert!((g.rates()[1].unwrap() - 0.5).abs() < 1e-9, "one token in a plain step of two slots: {:?}", g.rates());
+        // Three slots never plain: priced at 30 ms, which plain steps measured to take half of their price.
+        g.step(3, true, Some(30_000_000.0));
+        g.call(45_000_000, true);
+        assert!((g.rates()[0].unwrap() - 1.0 / 3.0).abs() < 1e-9, "15 ms of three slots' 15 ms plain step: {:?}", g.rates());
     }
 
     #[test]
