@@ -153,6 +153,9 @@ pub struct Gate {
     plain: Vec<(f64, u32)>,
     /// Plain steps' wall time over the β model's price, and how many were measured.
     priced: (f64, u32),
+    /// The current step's first call (ns), and whether nothing in it was cut out so far.
+    step_ns: Option<u64>,
+    step_whole: bool,
     /// Slots per ns of a plain step like the step being timed ([`Clock::PlainSteps`]; None: none measured yet).
     scale: Option<f64>,
     started: bool,
@@ -164,9 +167,11 @@ pub struct Gate {
     /// Server steps begun in the current window, and whether it is a short one.
     steps: u32,
     short: bool,
-    /// A prompt was decoded since the last call, and the current step is cut out of the window.
+    /// A prompt was decoded since the last call, and the current step is cut out of the window; a cut that came
+    /// inside a step carries to the next.
     prompt: bool,
     cut: bool,
+    carry: bool,
     /// A step verified sure drafts only ([`GateConfig::pass`]): the next step's first call cuts it out.
     sure: bool,
     /// Drafted tokens kept since the last call: the decode before it produced them.
@@ -200,6 +205,8 @@ impl Gate {
             ended: (0, false, None),
             plain: Vec::new(),
             priced: (0.0, 0),
+            step_ns: None,
+            step_whole: false,
             scale: None,
             started: false,
             elapsed: 0.0,
@@ -210,6 +217,7 @@ impl Gate {
             short: false,
             prompt: false,
             cut: false,
+            carry: false,
             sure: false,
             kept: 0,
             drafted: 0,
@@ -246,31 +254,35 @@ impl Gate {
         self.last_ns = now_ns;
         let kept = std::mem::take(&mut self.kept);
         if new_step {
-            self.cut = false;
+            self.cut = std::mem::take(&mut self.carry);
         }
         // Both causes are consumed here: a prompt decoded during a pause must not cut the next step as well.
         let prompt = std::mem::take(&mut self.prompt);
         if gap > self.cfg.idle_ns || prompt {
             self.pauses += 1;
             self.cut = true;
+            // A request begun in a step proposes first in the next server iteration, before the step's first call:
+            // the tokens the other slots got from the same decode are counted in the next step, cut out with it.
+            self.carry = !new_step;
         }
         // Sure drafts slow the decode of the step after the one that drafted them, whatever the arm.
         if new_step && std::mem::take(&mut self.sure) {
             self.sure_steps += 1;
             self.cut = true;
         }
+        let spoiled = self.cut;
         if new_step && self.clock == Clock::PlainSteps {
-            self.time_plain(gap);
+            self.time_plain(now_ns, spoiled);
+        } else if spoiled {
+            self.step_whole = false;
         }
         let dt = match self.clock {
             Clock::Wall => Some(gap as f64 * 1e-9),
             Clock::PlainSteps => self.scale.map(|s| gap as f64 * s),
         };
-        // A step without a price yet is no arm's either.
-        self.cut |= dt.is_none();
         let Some(dt) = dt.filter(|_| !self.cut) else {
-            // The pause (or the step that decoded a prompt) leaves the window with its tokens; what the window
-            // measured so far stays.
+            // The pause (or the step that decoded a prompt, or one without a price yet) leaves the window with its
+            // tokens; what the window measured so far stays.
             return;
         };
         self.elapsed += dt;
@@ -326,24 +338,29 @@ impl Gate {
         self.ended = (slots, drafted, price_ns.filter(|&p| p > 0.0));
     }
 
-    /// At the first call of a step, which took `gap_ns` to end the one before: that step's unit is the plain step of
-    /// its slots as measured before it (or priced, corrected by what was measured), and a plain step that is not
-    /// cut out measures it.
-    fn time_plain(&mut self, gap_ns: u64) {
+    /// At `now_ns`, the first call of a step, whose interval since the last call was `spoiled` (a pause, a prompt,
+    /// sure drafts): the step that ended here has as its unit the plain step of its slots as measured before it (or
+    /// priced, corrected by what was measured), and measures it when it was plain and nothing in it was cut out.
+    /// Timed from the step's first call, not by the last interval: a request begun in a step proposes first in the
+    /// next server iteration, so its call carries the decode and the step's first call comes microseconds later
+    /// (learned as a plain step, such intervals made the gate read drafting at 0.000 tokens a slot per plain step).
+    fn time_plain(&mut self, now_ns: u64, spoiled: bool) {
         let (slots, drafted, price) = self.ended;
         let measured = self.plain.get(slots).filter(|p| p.1 > 0).map(|p| p.0);
         let priced = price.map(|p| if self.priced.1 > 0 { p * self.priced.0 } else { p });
         self.scale = measured.or(priced).filter(|_| slots > 0).map(|ns| slots as f64 / ns);
-        if slots == 0 || drafted || self.cut {
+        let wall = self.step_ns.replace(now_ns).map(|s| now_ns.saturating_sub(s));
+        let whole = std::mem::replace(&mut self.step_whole, true) && !spoiled;
+        let Some(wall_ns) = wall.filter(|&w| w > 0 && whole && slots > 0 && !drafted) else {
             return;
-        }
+        };
         if self.plain.len() <= slots {
             self.plain.resize(slots + 1, (0.0, 0));
         }
         let (mean, n) = &mut self.plain[slots];
-        clipped_average(mean, n, gap_ns as f64, 0.0);
+        clipped_average(mean, n, wall_ns as f64, 0.0);
         if let Some(p) = price {
-            clipped_average(&mut self.priced.0, &mut self.priced.1, gap_ns as f64 / p, 0.0);
+            clipped_average(&mut self.priced.0, &mut self.priced.1, wall_ns as f64 / p, 0.0);
         }
     }
 
@@ -556,6 +573,36 @@ mod tests {
         g.step(3, true, Some(30_000_000.0));
         g.call(45_000_000, true);
         assert!((g.rates()[0].unwrap() - 1.0 / 3.0).abs() < 1e-9, "15 ms of three slots' 15 ms plain step: {:?}", g.rates());
+    }
+
+    #[test]
+    fn a_request_begun_late_in_its_step_is_cut_out_with_the_next_step() {
+        // Two slots, plain steps of 10 ms. Every fifth step a request begins: its first call comes before the older
+        // slot's in the next server iteration, carrying the decode and the prompt, and the step's first call follows
+        // 5 µs later. The decode's time and every token it produced leave the window, on either clock.
+        for clock in [Clock::PlainSteps, Clock::Wall] {
+            let mut g = Gate::new(GateConfig { window: 8, min_drafted: 0, clock: Some(clock), ..GateConfig::default() });
+            let (ms, mut now) = (1_000_000, 0);
+            for k in 0..400 {
+                g.step(2, false, None);
+                now += 10 * ms;
+                if k % 5 == 4 {
+                    g.prompt();
+                    g.call(now, false);
+                    now += 5_000;
+                }
+                g.call(now, true);
+                now += 5_000;
+                g.call(now, false);
+            }
+            let want = match clock {
+                Clock::PlainSteps => 1.0,
+                Clock::Wall => 2.0 / 0.01001,
+            };
+            let rates: Vec<f64> = g.rates().into_iter().flatten().collect();
+            assert!(rates.len() == 2 && rates.iter().all(|r| (r / want - 1.0).abs() < 0.01), "{clock:?}: {rates:?}, want {want:.1}");
+            assert!(g.pauses >= 79, "{}", g.pauses);
+        }
     }
 
     #[test]
