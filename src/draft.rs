@@ -1250,8 +1250,8 @@ mod tests {
         assert_eq!(cfg.gate_clock(), Clock::PlainSteps);
         assert_eq!(DrafterConfig { layout: Some(Layout::OnePass), ..cfg.clone() }.gate_clock(), Clock::Wall, "vLLM's steps");
         // Four slots, two of them generating only every other stretch of 20 steps, nothing to draft: a step of n
-        // slots takes 30 + 12 n ms. In tokens per second the windows would read 51 or 37; in the β model's plain
-        // steps of their own slots, one token a slot either way.
+        // slots takes 30 + 12 n ms. In tokens per second the windows would read 51 or 37; in plain steps of their own
+        // slots, as the gate measures them, one token a slot either way.
         let mut d = Drafter::new(None, cfg);
         let mut toks: Vec<Vec<i32>> = (0..4).map(|_| vec![1, 2, 3]).collect();
         for (s, t) in toks.iter().enumerate() {

@@ -80,7 +80,7 @@ impl DrafterConfig {
 
     /// The gate's clock unless its config names one: plain steps where several slots share llama-server's steps
     /// (their number moves a window's tokens per second as much as drafting does), wall time for a sequence alone
-    /// and in vLLM's one-pass steps, whose price per number of requests is fitted from few steps.
+    /// (what was tuned and measured there) and in vLLM's one-pass steps (plain steps not measured there yet).
     pub fn gate_clock(&self) -> Clock {
         if self.n_seq > 1 && self.layout != Some(Layout::OnePass) {
             Clock::PlainSteps

@@ -89,7 +89,7 @@ pub struct GateConfig {
     /// window's rate said more about how much of its text was a copy than about drafting.
     pub pass: f32,
     /// What a window's time is counted in; None: the drafter's choice ([`Clock::PlainSteps`] with several slots in
-    /// llama-server's steps, wall time alone and in vLLM's).
+    /// llama-server's steps, wall time alone and in vLLM's; `DrafterConfig::gate_clock`).
     pub clock: Option<Clock>,
 }
 
