@@ -261,10 +261,11 @@ impl Drafter {
         }
         let beta = &self.beta;
         let gated = self.gate.as_mut().is_some_and(|g| {
-            if new_step && g.clock() == Clock::PlainSteps {
+            if new_step {
                 let last = self.rounds.last();
-                let price = beta.unit_ns().map(|u| u * beta.step(last.len(), |j| last[j].min(1)));
-                g.step(last.iter().filter(|&&t| t > 0).count(), last.iter().any(|&t| t > 1), price);
+                let plain = g.clock() == Clock::PlainSteps;
+                let price = beta.unit_ns().filter(|_| plain).map(|u| u * beta.step(last.len(), |j| last[j].min(1)));
+                g.step(last.iter().filter(|&&t| t > 0).count(), last.iter().any(|&t| t > 1), self.rounds.left(), price);
             }
             g.call(now_ns, new_step);
             g.arm() == Arm::Off
@@ -817,7 +818,7 @@ mod tests {
 
     #[test]
     fn sure_copies_are_drafted_while_the_gate_is_off() {
-        let gate = GateConfig { window: 2, pass: 0.9, ..GateConfig::default() };
+        let gate = GateConfig { window: 2, min_steps: 1, pass: 0.9, ..GateConfig::default() };
         let mut d = Drafter::new(None, DrafterConfig { gate: Some(gate), ..DrafterConfig::default() });
         // Nothing to copy, and steps timed slow while the gate's arm drafts: it switches drafting off.
         d.begin(0, &[1]);

@@ -63,6 +63,8 @@ pub struct EngineConfig {
     /// the drafter's choice, [`DrafterConfig::gate_clock`]).
     pub gate: bool,
     pub gate_clock: Option<Clock>,
+    /// The fewest server steps a gate window spans (`gate_steps=N`; [`GateConfig::min_steps`]).
+    pub gate_steps: u32,
 }
 
 /// Whether an engine learns from what it serves, and where that is kept across restarts.
@@ -122,6 +124,7 @@ impl Default for EngineConfig {
             step_log: None,
             gate: true,
             gate_clock: None,
+            gate_steps: GateConfig::default().min_steps,
         }
     }
 }
@@ -168,7 +171,7 @@ impl EngineConfig {
     }
 
     /// Parses `--spec-plugin-arg`: comma-separated `key=value` (`pack=PATH|off`, `misslog=PATH|off`, `misslog_cap=BYTES`,
-    /// `adaptive=0|1`, `shared_gain=F`, `gate=auto|wall|steps|off`, `kv=auto|split|unified`, `context=0|1`, `nmax=N`, `draft=GGUF`, `shortlist=PATH|full`, `margin=F`, `request_rows=0|1`,
+    /// `adaptive=0|1`, `shared_gain=F`, `gate=auto|wall|steps|off`, `gate_steps=N`, `kv=auto|split|unified`, `context=0|1`, `nmax=N`, `draft=GGUF`, `shortlist=PATH|full`, `margin=F`, `request_rows=0|1`,
     /// `head_dev=cpu|best`, `live=PATH|mem|off`, `live_cap=ENTRIES`, `steplog=PATH`); a bare value is the pack path. Without `pack=`,
     /// the pack beside the model is used when it exists; without `shortlist=`, the shortlist beside the draft GGUF,
     /// else the full head; without `head_dev=`, [`DEFAULT_HEAD_DEVICE`]; without `live=`, the live index is kept in
@@ -250,13 +253,16 @@ impl EngineConfig {
                         _ => return Err(EngineError::Arg(format!("--spec-plugin-arg: gate={v} is not auto, wall, steps or off"))),
                     }
                 }
+                Some(("gate_steps", v)) => {
+                    cfg.gate_steps = v.parse().map_err(|_| EngineError::Arg(format!("--spec-plugin-arg: gate_steps={v} is not a number of steps")))?
+                }
                 Some(("steplog", v)) => cfg.step_log = Some(PathBuf::from(v)),
                 Some(("nmax", v)) => {
                     cfg.n_max = v.parse().map_err(|_| EngineError::Arg(format!("--spec-plugin-arg: nmax={v} is not a number")))?
                 }
                 Some((k, _)) => {
                     return Err(EngineError::Arg(format!(
-                        "--spec-plugin-arg: unknown key `{k}` (known: pack, misslog, misslog_cap, adaptive, shared_gain, gate, kv, context, nmax, draft, shortlist, margin, request_rows, head_dev, live, live_cap, steplog)"
+                        "--spec-plugin-arg: unknown key `{k}` (known: pack, misslog, misslog_cap, adaptive, shared_gain, gate, gate_steps, kv, context, nmax, draft, shortlist, margin, request_rows, head_dev, live, live_cap, steplog)"
                     )))
                 }
             }
@@ -407,7 +413,7 @@ impl Engine {
             shared_min_gain: cfg.shared_gain,
             layout: cfg.layout,
             use_context: cfg.use_context,
-            gate: cfg.gate.then_some(GateConfig { clock: cfg.gate_clock, ..GateConfig::default() }),
+            gate: cfg.gate.then_some(GateConfig { clock: cfg.gate_clock, min_steps: cfg.gate_steps, ..GateConfig::default() }),
             ..DrafterConfig::default()
         };
         let mut drafter = Drafter::new(index, dcfg).with_texts(texts);
@@ -486,7 +492,8 @@ impl Engine {
         let end = self.clock.elapsed().as_nanos() as u64;
         self.drafter.end_propose(seq, end);
         if let Some(l) = &mut self.steps {
-            l.proposed(now, end, self.drafter.ended_step());
+            let gate = self.drafter.gate().map(|g| (g.arm(), g.last_window()));
+            l.proposed(now, end, self.drafter.ended_step(), gate);
         }
         n
     }
@@ -683,6 +690,9 @@ mod tests {
         }
         let e = EngineConfig::from_plugin_arg("gate=maybe", "").unwrap_err().to_string();
         assert!(e.contains("gate=maybe is not auto, wall, steps or off"), "{e}");
+        assert_eq!((c.gate_steps, EngineConfig::from_plugin_arg("gate_steps=1", "").unwrap().gate_steps), (24, 1));
+        let e = EngineConfig::from_plugin_arg("gate_steps=many", "").unwrap_err().to_string();
+        assert!(e.contains("gate_steps=many is not a number of steps"), "{e}");
         let c = EngineConfig::from_plugin_arg("/x.recipes.json", "").unwrap();
         assert_eq!(c.pack.as_deref(), Some(Path::new("/x.recipes.json")));
         let e = EngineConfig::from_plugin_arg("colour=blue", "").unwrap_err().to_string();

@@ -44,6 +44,12 @@
 //! Served at `-np 8` on wall time the gate kept drafting off in 23 of 27 windows of a round where it had last
 //! measured drafting 28% faster (55.6 against 43.5 tok/s).
 //!
+//! A window also spans at least [`GateConfig::min_steps`] server steps: 48 calls are 48 steps alone but six at
+//! `-np 8`, where windows of not drafting read 0.75–1.57 tokens a slot per plain step and single windows decided
+//! the choice. Part of that spread was the steps in which a request ended: the server answers it and takes up the
+//! next in them (seven-slot steps right after a slot left took up to 208 ms against 90), so they are cut out as a
+//! prompt's step is ([`Gate::step`]'s `left`).
+//!
 //! The running arm's rate is a decayed average of its recent windows. The other arm's rate dates from its last
 //! run, often on other text (drafting pays on a JSON skeleton, not in a free-text value), so a re-measurement
 //! replaces it rather than nudging it: blended in at the running weight, one unlucky first window of drafting
@@ -75,6 +81,10 @@ pub struct GateConfig {
     /// re-measured in windows of `short_window` server steps (at most `window` calls).
     pub far: f64,
     pub short_window: u32,
+    /// A window (not a short one) also spans at least this many server steps: alone a window of `window` calls is
+    /// as many steps, at `-np 8` only six, and served there windows of not drafting read 0.75–1.41 tokens a slot per
+    /// plain step (sd 12%; where drafting gained 5–15%), so single windows decided the choice at random.
+    pub min_steps: u32,
     /// A drafting window closes only once its arm drafted this many tokens beyond sure ones (or after four
     /// windows' worth of calls): one in which the control drafted nothing timed plain decoding against plain
     /// decoding. Served on SmolLM2-135M's JSON extraction (`-np 1`, no pack), the first drafting window drafted
@@ -105,6 +115,7 @@ impl Default for GateConfig {
             margin: 0.02,
             far: 1.5,
             short_window: 12,
+            min_steps: 24,
             min_drafted: 8,
             pass: 0.95,
             clock: None,
@@ -120,6 +131,18 @@ pub enum Clock {
     /// Plain steps a slot: each step's time over the recent wall time of plain steps of as many slots
     /// ([`Gate::step`]), so rates are tokens a slot per plain step, about 1 without drafting.
     PlainSteps,
+}
+
+/// A server step as the gate learns of it at the next step's first call ([`Gate::step`]).
+#[derive(Clone, Copy, Debug, Default)]
+struct Ended {
+    /// Generating slots, and whether any of them verified a draft.
+    slots: usize,
+    drafted: bool,
+    /// A slot of the step before was not in it: the server finished that request in it.
+    left: bool,
+    /// The β model's price of its slots at one token each (ns).
+    price: Option<f64>,
 }
 
 /// The two arms.
@@ -143,12 +166,12 @@ pub struct Gate {
     explore_every: u32,
     /// The arm the last full window chose as the best.
     best: Option<Arm>,
-    /// The arm of the last full window.
+    /// The arm of the last full window, and the rate it measured.
     last: Option<Arm>,
+    last_rate: f64,
     clock: Clock,
-    /// The step the next first call of a step ends: its generating slots, whether any verified a draft, and the β
-    /// model's price of its slots at one token each (ns).
-    ended: (usize, bool, Option<f64>),
+    /// The step the next first call of a step ends.
+    ended: Ended,
     /// Per number of slots, the mean wall time of a plain step (ns) and how many were measured.
     plain: Vec<(f64, u32)>,
     /// Plain steps' wall time over the β model's price, and how many were measured.
@@ -201,8 +224,9 @@ impl Gate {
             explore_every,
             best: None,
             last: None,
+            last_rate: 0.0,
             clock,
-            ended: (0, false, None),
+            ended: Ended::default(),
             plain: Vec::new(),
             priced: (0.0, 0),
             step_ns: None,
@@ -270,6 +294,12 @@ impl Gate {
             self.sure_steps += 1;
             self.cut = true;
         }
+        // A step in which a request ended also carried the server's answer to it and the start of the next request
+        // (and the client's side of both, on the same cores): no arm's cost.
+        if new_step && std::mem::take(&mut self.ended.left) {
+            self.pauses += 1;
+            self.cut = true;
+        }
         let spoiled = self.cut;
         if new_step && self.clock == Clock::PlainSteps {
             self.time_plain(now_ns, spoiled);
@@ -294,7 +324,11 @@ impl Gate {
         // them. Ended inside a step, the slots called before the switch drafted under one arm and had their kept
         // tokens counted for the other, and windows timed two or three decodes by turns: in the test's server of
         // 4 slots the arms read 1.61x apart where they are 1.08x.
-        let ended = self.calls >= self.cfg.window || (self.short && self.steps >= self.cfg.short_window.max(1));
+        let ended = if self.short {
+            self.calls >= self.cfg.window || self.steps >= self.cfg.short_window.max(1)
+        } else {
+            self.calls >= self.cfg.window && self.steps >= self.cfg.min_steps
+        };
         let measured = self.arm == Arm::Off || self.drafted >= u64::from(self.cfg.min_drafted) || self.calls >= self.cfg.window.saturating_mul(4);
         let full = new_step && ended && measured;
         if !full {
@@ -313,6 +347,7 @@ impl Gate {
             });
             self.ran[i] += 1;
             self.last = Some(self.arm);
+            self.last_rate = r;
         }
         self.arm = self.next_arm();
         // The arm that is not the best (or the off arm, never measured yet) is being re-measured.
@@ -332,10 +367,11 @@ impl Gate {
     }
 
     /// The step the next call ends (as the first of the next step) had `slots` slots generating, `drafted` says
-    /// whether any of them verified a draft, and the β model prices those slots at one token each at `price_ns`
+    /// whether any of them verified a draft, `left` whether a slot generating in the step before was not in it
+    /// (its request ended), and the β model prices those slots at one token each at `price_ns`
     /// ([`Clock::PlainSteps`]; wall time ignores it).
-    pub fn step(&mut self, slots: usize, drafted: bool, price_ns: Option<f64>) {
-        self.ended = (slots, drafted, price_ns.filter(|&p| p > 0.0));
+    pub fn step(&mut self, slots: usize, drafted: bool, left: bool, price_ns: Option<f64>) {
+        self.ended = Ended { slots, drafted, left, price: price_ns.filter(|&p| p > 0.0) };
     }
 
     /// At `now_ns`, the first call of a step, whose interval since the last call was `spoiled` (a pause, a prompt,
@@ -345,7 +381,7 @@ impl Gate {
     /// next server iteration, so its call carries the decode and the step's first call comes microseconds later
     /// (learned as a plain step, such intervals made the gate read drafting at 0.000 tokens a slot per plain step).
     fn time_plain(&mut self, now_ns: u64, spoiled: bool) {
-        let (slots, drafted, price) = self.ended;
+        let Ended { slots, drafted, price, .. } = self.ended;
         let measured = self.plain.get(slots).filter(|p| p.1 > 0).map(|p| p.0);
         let priced = price.map(|p| if self.priced.1 > 0 { p * self.priced.0 } else { p });
         self.scale = measured.or(priced).filter(|_| slots > 0).map(|ns| slots as f64 / ns);
@@ -362,6 +398,11 @@ impl Gate {
         if let Some(p) = price {
             clipped_average(&mut self.priced.0, &mut self.priced.1, wall_ns as f64 / p, 0.0);
         }
+    }
+
+    /// The last full window: how many windows have been measured, its arm, and the rate it measured.
+    pub fn last_window(&self) -> Option<(u64, Arm, f64)> {
+        self.last.map(|a| (self.ran[0] + self.ran[1], a, self.last_rate))
     }
 
     /// What the gate counts time in.
@@ -456,7 +497,7 @@ mod tests {
 
     /// The same with `slots` calls a step (each call `step_ns / slots` after the last).
     fn run_slots(slots: u64, on_tokens: impl Fn(usize) -> f64, on_step_ns: u64, off_step_ns: u64, windows: usize) -> (Gate, [u64; 2]) {
-        let cfg = GateConfig { window: 10, explore_every: 4, explore_max: 32, short_window: 3, ..GateConfig::default() };
+        let cfg = GateConfig { window: 10, min_steps: 1, explore_every: 4, explore_max: 32, short_window: 3, ..GateConfig::default() };
         let mut g = Gate::new(cfg);
         let mut now = 0u64;
         let mut carry = 0.0;
@@ -485,7 +526,7 @@ mod tests {
     /// that call says so), one decode (`on_step_ns` if any slot drafted), then every drafting slot's kept tokens
     /// (`kept_per_draft` on average). Windows of 10 calls end inside a step, as they do when slots come and go.
     fn serve_steps(slots: usize, kept_per_draft: f64, on_step_ns: u64, off_step_ns: u64, steps: usize) -> Gate {
-        let cfg = GateConfig { window: 10, explore_every: 4, explore_max: 32, ..GateConfig::default() };
+        let cfg = GateConfig { window: 10, min_steps: 1, explore_every: 4, explore_max: 32, ..GateConfig::default() };
         let mut g = Gate::new(cfg);
         let (mut now, mut carry) = (0u64, 0.0);
         for _ in 0..steps {
@@ -511,7 +552,7 @@ mod tests {
     /// 30 + 12 n ms (priced 25% dearer by the β model); drafting makes each step 10% dearer and keeps a quarter of a
     /// token a slot (1.136× faster).
     fn serve_occupancy(clock: Clock, occupancy: impl Fn(usize) -> usize, steps: usize) -> Gate {
-        let cfg = GateConfig { window: 16, explore_every: 4, clock: Some(clock), ..GateConfig::default() };
+        let cfg = GateConfig { window: 16, min_steps: 1, explore_every: 4, clock: Some(clock), ..GateConfig::default() };
         let mut g = Gate::new(cfg);
         let plain = |n: usize| (30 + 12 * n as u64) * 1_000_000;
         let (mut now, mut carry, mut last) = (0u64, 0.0, (0, false));
@@ -520,7 +561,7 @@ mod tests {
             let mut drafting = false;
             for slot in 0..n {
                 if slot == 0 {
-                    g.step(last.0, last.1, Some(plain(last.0) as f64 * 1.25));
+                    g.step(last.0, last.1, false, Some(plain(last.0) as f64 * 1.25));
                 }
                 now += 10_000;
                 g.call(now, slot == 0);
@@ -541,6 +582,57 @@ mod tests {
         g
     }
 
+    /// Eight slots, steps that wander as served steps do: a plain step takes 110 ms times a factor that drifts
+    /// (each step 0.7 of the last one's deviation plus up to ±15%: six steps' mean varies by 12%, as served windows
+    /// of not drafting did at `-np 8`), and drafting makes it 6% dearer for 1.6 kept tokens a step on average, kept
+    /// in bursts (6.4 tokens in a quarter of the steps, none in the others): 1.13×. Returns the gate and the share of
+    /// steps drafted.
+    fn serve_noisy(min_steps: u32, steps: usize) -> (Gate, f64) {
+        let cfg = GateConfig { min_steps, clock: Some(Clock::PlainSteps), ..GateConfig::default() };
+        let mut g = Gate::new(cfg);
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut uniform = move || {
+            seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+            (seed >> 11) as f64 / (1u64 << 53) as f64
+        };
+        let (mut now, mut drift, mut last_drafted, mut on) = (0u64, 0.0, false, 0usize);
+        for _ in 0..steps {
+            let mut drafting = false;
+            for slot in 0..8 {
+                if slot == 0 {
+                    g.step(8, last_drafted, false, Some(110e6));
+                }
+                now += 10_000;
+                g.call(now, slot == 0);
+                if g.arm() == Arm::On {
+                    g.drafted(2);
+                    drafting = true;
+                }
+            }
+            drift = 0.7 * drift + 0.15 * (2.0 * uniform() - 1.0);
+            let cost = if drafting { 1.06 } else { 1.0 };
+            now += (110e6 * (1.0 + drift) * cost) as u64;
+            if drafting {
+                on += 1;
+                if uniform() < 0.25 {
+                    g.accepted(6);
+                    g.accepted(usize::from(uniform() < 0.4));
+                }
+            }
+            last_drafted = drafting;
+        }
+        (g, on as f64 / steps as f64)
+    }
+
+    #[test]
+    fn with_eight_slots_a_window_spans_enough_steps_to_tell_the_arms_apart() {
+        // About 10 minutes of a server at -np 8. Windows of 48 calls are six steps here, and single ones decided.
+        let (g, on) = serve_noisy(24, 6000);
+        assert!(on > 0.85, "drafting pays 13% and runs most steps: {on:.3} ({:?})", g.ran);
+        let (g, on1) = serve_noisy(1, 6000);
+        assert!(on1 < on - 0.08, "windows of six steps: {on1:.3} ({:?})", g.ran);
+    }
+
     #[test]
     fn with_slots_coming_and_going_plain_steps_time_what_drafting_gains() {
         // Eight slots for 12 steps, then three for 6: a window's tokens per second moves by a third with the slots.
@@ -555,22 +647,22 @@ mod tests {
         let w = serve_occupancy(Clock::Wall, occupancy, 4000);
         assert!(w.ran[1] > w.ran[0], "{:?}", w.ran);
         // A step of as many slots as no plain step measured yet is no arm's, but measures one when it is plain.
-        let mut g = Gate::new(GateConfig { window: 1, min_drafted: 0, clock: Some(Clock::PlainSteps), ..GateConfig::default() });
+        let mut g = Gate::new(GateConfig { window: 1, min_steps: 1, min_drafted: 0, clock: Some(Clock::PlainSteps), ..GateConfig::default() });
         g.call(0, true);
-        g.step(2, true, None);
+        g.step(2, true, false, None);
         g.call(10_000_000, true);
         assert_eq!((g.ran, g.pauses), ([0, 0], 0), "a step neither measured nor priced is cut, and is no pause");
         // Priced at 20 ms, it took 10: one token in half a plain step of two slots, per slot.
-        g.step(2, false, Some(20_000_000.0));
+        g.step(2, false, false, Some(20_000_000.0));
         g.call(20_000_000, true);
         assert_eq!(g.ran, [1, 0]);
         assert!((g.rates()[0].unwrap() - 1.0).abs() < 1e-9, "{:?}", g.rates());
         // Measured since: 10 ms.
-        g.step(2, true, None);
+        g.step(2, true, false, None);
         g.call(30_000_000, true);
         assert!((g.rates()[1].unwrap() - 0.5).abs() < 1e-9, "one token in a plain step of two slots: {:?}", g.rates());
         // Three slots never plain: priced at 30 ms, which plain steps measured to take half of their price.
-        g.step(3, true, Some(30_000_000.0));
+        g.step(3, true, false, Some(30_000_000.0));
         g.call(45_000_000, true);
         assert!((g.rates()[0].unwrap() - 1.0 / 3.0).abs() < 1e-9, "15 ms of three slots' 15 ms plain step: {:?}", g.rates());
     }
@@ -581,10 +673,10 @@ mod tests {
         // slot's in the next server iteration, carrying the decode and the prompt, and the step's first call follows
         // 5 µs later. The decode's time and every token it produced leave the window, on either clock.
         for clock in [Clock::PlainSteps, Clock::Wall] {
-            let mut g = Gate::new(GateConfig { window: 8, min_drafted: 0, clock: Some(clock), ..GateConfig::default() });
+            let mut g = Gate::new(GateConfig { window: 8, min_steps: 1, min_drafted: 0, clock: Some(clock), ..GateConfig::default() });
             let (ms, mut now) = (1_000_000, 0);
             for k in 0..400 {
-                g.step(2, false, None);
+                g.step(2, false, false, None);
                 now += 10 * ms;
                 if k % 5 == 4 {
                     g.prompt();
@@ -689,7 +781,7 @@ mod tests {
     #[test]
     fn a_drafting_window_that_drafted_nothing_stays_open() {
         // The arm drafts nothing for 10 calls: the window runs on; 8 tokens drafted close it at the next step.
-        let mut g = Gate::new(GateConfig { window: 4, ..GateConfig::default() });
+        let mut g = Gate::new(GateConfig { window: 4, min_steps: 1, ..GateConfig::default() });
         let ms = 1_000_000;
         for t in 0..10 {
             g.call(t * 10 * ms, true);
@@ -703,7 +795,7 @@ mod tests {
             g.call(t * 10 * ms, true);
         }
         assert_eq!(g.ran, [1, 1]);
-        let mut g = Gate::new(GateConfig { window: 4, ..GateConfig::default() });
+        let mut g = Gate::new(GateConfig { window: 4, min_steps: 1, ..GateConfig::default() });
         for t in 0..=16 {
             g.call(t * 10 * ms, true);
         }
@@ -712,7 +804,7 @@ mod tests {
 
     #[test]
     fn a_pause_is_cut_out_of_its_window() {
-        let mut g = Gate::new(GateConfig { window: 4, min_drafted: 0, ..GateConfig::default() });
+        let mut g = Gate::new(GateConfig { window: 4, min_steps: 1, min_drafted: 0, ..GateConfig::default() });
         for t in [0, 10, 20] {
             g.call(t * 1_000_000, true);
         }
@@ -728,10 +820,35 @@ mod tests {
     }
 
     #[test]
+    fn a_step_in_which_a_request_ended_is_cut_out_of_its_window() {
+        // Three slots, a step every 10 ms; slot 2's request ends, and the step without it takes 60 ms (the server
+        // answers it and takes up the next request): that step leaves the window with its calls.
+        let mut g = Gate::new(GateConfig { window: 8, min_steps: 1, min_drafted: 0, ..GateConfig::default() });
+        let ms = 1_000_000;
+        for (t, new_step) in [(0, true), (0, false), (0, false), (10, true), (10, false), (10, false)] {
+            g.step(3, false, false, None);
+            g.call(t * ms, new_step);
+        }
+        // The first call of the step without slot 2, then the step's end 60 ms later.
+        g.step(3, false, false, None);
+        g.call(20 * ms, true);
+        g.call(20 * ms, false);
+        g.step(2, false, true, None);
+        g.call(80 * ms, true);
+        g.call(80 * ms, false);
+        assert_eq!((g.pauses, g.ran), (1, [0, 0]), "the 60 ms step is cut");
+        g.step(2, false, false, None);
+        g.call(90 * ms, true);
+        assert_eq!(g.ran, [1, 0]);
+        let on = g.rates()[0].unwrap();
+        assert!((on - 8.0 / 0.03).abs() < 1e-6, "8 tokens in 30 ms of steps, the request's end left out: {on}");
+    }
+
+    #[test]
     fn a_step_that_decoded_a_prompt_is_cut_out_of_its_window() {
         // Two slots, a step every 10 ms, but the step after a prompt took 300 ms (not a pause): it and the
         // calls in it leave the window, kept drafts included.
-        let mut g = Gate::new(GateConfig { window: 4, min_drafted: 0, ..GateConfig::default() });
+        let mut g = Gate::new(GateConfig { window: 4, min_steps: 1, min_drafted: 0, ..GateConfig::default() });
         let ms = 1_000_000;
         for (t, new_step) in [(0, true), (0, false), (10, true), (10, false)] {
             g.call(t * ms, new_step);
@@ -751,7 +868,7 @@ mod tests {
     fn a_step_that_verified_sure_drafts_only_is_cut_out_of_its_window() {
         // One slot, a step every 10 ms, but the step verifying a sure copy took 50 ms and kept 15 tokens: it is
         // no arm's, so the window's rate is the other steps'.
-        let mut g = Gate::new(GateConfig { window: 4, min_drafted: 0, ..GateConfig::default() });
+        let mut g = Gate::new(GateConfig { window: 4, min_steps: 1, min_drafted: 0, ..GateConfig::default() });
         let ms = 1_000_000;
         for t in [0, 10, 20] {
             g.call(t * ms, true);
@@ -766,7 +883,7 @@ mod tests {
         let on = g.rates()[0].unwrap();
         assert!((on - 100.0).abs() < 1e-6, "4 tokens in 40 ms of steps, the sure step left out: {on}");
         // Only the next step is cut, not a later call of the step that drafted.
-        let mut g = Gate::new(GateConfig { window: 4, min_drafted: 0, ..GateConfig::default() });
+        let mut g = Gate::new(GateConfig { window: 4, min_steps: 1, min_drafted: 0, ..GateConfig::default() });
         g.call(0, true);
         g.sure();
         g.call(0, false);
@@ -777,7 +894,7 @@ mod tests {
 
     #[test]
     fn a_prompt_decoded_during_a_pause_cuts_that_step_alone() {
-        let mut g = Gate::new(GateConfig { window: 2, min_drafted: 0, ..GateConfig::default() });
+        let mut g = Gate::new(GateConfig { window: 2, min_steps: 1, min_drafted: 0, ..GateConfig::default() });
         let ms = 1_000_000;
         g.call(0, true);
         g.prompt();

@@ -130,8 +130,10 @@ pub(super) struct Rounds {
     /// Per sequence: tokens (1 + drafted) of its latest proposal, and what it is expected to yield.
     tokens: Vec<usize>,
     expected: Vec<f64>,
-    /// Per slot, the tokens of the last complete step (0: not in it).
+    /// Per slot, the tokens of the last complete step (0: not in it), and whether a slot of the step before it
+    /// was not in it: its request ended, and the server answered it and took up the next in that step.
     last: Vec<usize>,
+    left: bool,
     /// Per slot, what a proposing sequence shares its step with (its own entry 0).
     view: Vec<usize>,
     view_expected: f64,
@@ -146,6 +148,7 @@ impl Rounds {
             tokens: vec![1; n],
             expected: vec![1.0; n],
             last: vec![0; n],
+            left: false,
             view: vec![0; n],
             view_expected: 0.0,
         }
@@ -156,6 +159,7 @@ impl Rounds {
     pub(super) fn enter(&mut self, seq: usize) -> bool {
         let ended = self.now[seq];
         if ended {
+            self.left = (0..self.now.len()).any(|j| self.prev[j] && !self.now[j]);
             for j in 0..self.now.len() {
                 self.last[j] = if self.now[j] { self.tokens[j] } else { 0 };
             }
@@ -182,6 +186,11 @@ impl Rounds {
     /// Per slot, the tokens the last complete step verified.
     pub(super) fn last(&self) -> &[usize] {
         &self.last
+    }
+
+    /// Whether a slot generating in the step before the last complete one was not in it ([`Rounds::last`]).
+    pub(super) fn left(&self) -> bool {
+        self.left
     }
 
     pub(super) fn record(&mut self, seq: usize, tokens: usize, expected: f64) {
@@ -302,6 +311,7 @@ mod tests {
         r.enter(0);
         assert_eq!(r.shared(0), Shared { tokens: &[0, 1, 0], seq: 0, expected: 1.0 });
         assert_eq!(r.last(), [4, 1, 0]);
+        assert!(!r.left());
         r.record(0, 1, 1.0);
         r.enter(1);
         assert_eq!(r.shared(1).tokens, [1, 0, 0], "0 is in this step already, with its new proposal");
@@ -309,10 +319,12 @@ mod tests {
         r.enter(0);
         assert_eq!(r.shared(0).tokens, [0, 3, 0]);
         assert_eq!(r.last(), [1, 3, 0]);
+        assert!(!r.left());
         r.record(0, 1, 1.0);
         r.enter(0);
         assert!(!r.shared(0).others(), "1 did not draft in the last step: its request is over");
         assert_eq!(r.last(), [1, 0, 0]);
+        assert!(r.left(), "1 was in the step before and is not in this one");
         let with = r.shared(0);
         assert_eq!((0..3).map(with.with(5)).collect::<Vec<_>>(), [5, 0, 0]);
     }

@@ -6,12 +6,19 @@ use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
+use crate::draft::gate::Arm;
+
 /// Tab-separated: microseconds from the step's first `propose` to the next step's, what the drafter's β model
 /// priced the step at before it learned from it (`-`: no price yet), in its `propose` calls, from its first
 /// `propose` to its first `accept` (`-`: none), the requests begun in it, and per slot the tokens it verified
-/// (comma-separated, 0: not in the step). A request begun in a step proposes first in the next server
-/// iteration; its calls before an older slot's count in the step it began in.
-pub const HEADER: &str = "wall_us\tpriced_us\tdraft_us\tto_accept_us\tbegun\tslots";
+/// (comma-separated, 0: not in the step), and the gate's arm in the step (`-`: no gate), with the rate of the
+/// window that closed at the step's end, `on=1.234` (how the gate decided, window by window). A request begun in
+/// a step proposes first in the next server iteration; its calls before an older slot's count in the step it
+/// began in.
+pub const HEADER: &str = "wall_us\tpriced_us\tdraft_us\tto_accept_us\tbegun\tslots\tgate";
+
+/// The gate as a step sees it: the arm now, and the last full window ([`crate::draft::gate::Gate::last_window`]).
+pub type GateMark = Option<(Arm, Option<(u64, Arm, f64)>)>;
 
 pub struct StepLog {
     path: PathBuf,
@@ -21,13 +28,16 @@ pub struct StepLog {
     drafted: u64,
     accepted: Option<u64>,
     begun: u32,
+    /// The open step's arm, and the count of windows already written.
+    arm: Option<Arm>,
+    windows: u64,
 }
 
 impl StepLog {
     pub fn create(path: &Path) -> std::io::Result<StepLog> {
         let mut out = BufWriter::new(File::create(path)?);
         writeln!(out, "{HEADER}")?;
-        Ok(StepLog { path: path.to_path_buf(), out: Some(out), start: None, drafted: 0, accepted: None, begun: 0 })
+        Ok(StepLog { path: path.to_path_buf(), out: Some(out), start: None, drafted: 0, accepted: None, begun: 0, arm: None, windows: 0 })
     }
 
     pub fn path(&self) -> &Path {
@@ -40,14 +50,20 @@ impl StepLog {
     }
 
     /// A `propose` ran from `start` to `end` ns; when it was the first of a step, `ended` holds the tokens of
-    /// each slot in the step before and its price (ns), which are written out.
-    pub fn proposed(&mut self, start: u64, end: u64, ended: Option<(&[usize], Option<f64>)>) {
+    /// each slot in the step before and its price (ns), which are written out. `gate` is the gate after the call.
+    pub fn proposed(&mut self, start: u64, end: u64, ended: Option<(&[usize], Option<f64>)>, gate: GateMark) {
         if let (Some((slots, price)), Some(s0)) = (ended, self.start) {
             let price = price.map_or("-".into(), |p| format!("{:.0}", p / 1000.0));
             let to_accept = self.accepted.map_or("-".into(), |a| (a.saturating_sub(s0) / 1000).to_string());
             let slots: Vec<String> = slots.iter().map(usize::to_string).collect();
+            let mut arm = self.arm.map_or("-".to_string(), |a| name(a).to_string());
+            // The window that closed at this call ended with the step being written.
+            if let Some((n, a, rate)) = gate.and_then(|g| g.1).filter(|w| w.0 > self.windows) {
+                self.windows = n;
+                arm += &format!(" {}={rate:.3}", name(a));
+            }
             let line = format!(
-                "{}\t{price}\t{}\t{to_accept}\t{}\t{}",
+                "{}\t{price}\t{}\t{to_accept}\t{}\t{}\t{arm}",
                 start.saturating_sub(s0) / 1000,
                 self.drafted / 1000,
                 self.begun,
@@ -56,7 +72,10 @@ impl StepLog {
             self.write(&line);
             (self.start, self.drafted, self.accepted, self.begun) = (None, 0, None, 0);
         }
-        self.start.get_or_insert(start);
+        if self.start.is_none() {
+            self.start = Some(start);
+            self.arm = gate.map(|g| g.0);
+        }
         self.drafted += end.saturating_sub(start);
     }
 
@@ -75,6 +94,13 @@ impl StepLog {
                 self.out = None;
             }
         }
+    }
+}
+
+fn name(a: Arm) -> &'static str {
+    match a {
+        Arm::On => "on",
+        Arm::Off => "off",
     }
 }
 
@@ -100,18 +126,23 @@ mod tests {
         {
             let mut log = StepLog::create(&path).unwrap();
             // Step 1: two slots propose (1..3 µs and 4..6 µs), one request begins, slot 0 accepts at 40 µs.
-            log.proposed(1_000, 3_000, None);
-            log.proposed(4_000, 6_000, None);
+            log.proposed(1_000, 3_000, None, Some((Arm::On, None)));
+            log.proposed(4_000, 6_000, None, Some((Arm::On, None)));
             log.begin();
             log.accepted(40_000);
             log.accepted(41_000);
-            // Step 2 starts at 101 µs; step 1 had slot 0 verify 4 tokens and slot 1 one.
-            log.proposed(101_000, 102_000, Some((&[4, 1, 0], Some(90_400.0))));
-            // Step 3 starts at 301 µs: nothing accepted, nothing begun in step 2.
-            log.proposed(301_000, 302_000, Some((&[1, 1, 0], None)));
+            // Step 2 starts at 101 µs; step 1 had slot 0 verify 4 tokens and slot 1 one; the gate's first window
+            // closed with it (1.25 tokens a slot per plain step) and step 2 does not draft.
+            log.proposed(101_000, 102_000, Some((&[4, 1, 0], Some(90_400.0))), Some((Arm::Off, Some((1, Arm::On, 1.25)))));
+            // Step 3 starts at 301 µs: nothing accepted, nothing begun in step 2, no window closed.
+            log.proposed(301_000, 302_000, Some((&[1, 1, 0], None)), Some((Arm::Off, Some((1, Arm::On, 1.25)))));
+            // Step 4 (begun under the gate's off arm), and step 5 without a gate.
+            log.proposed(401_000, 401_500, Some((&[1, 1, 1], None)), None);
+            log.proposed(501_000, 501_500, Some((&[1, 1, 1], None)), None);
         }
         let text = std::fs::read_to_string(&path).unwrap();
-        assert_eq!(text, format!("{HEADER}\n100\t90\t4\t39\t1\t4,1,0\n200\t-\t1\t-\t0\t1,1,0\n"));
+        let want = "100\t90\t4\t39\t1\t4,1,0\ton on=1.250\n200\t-\t1\t-\t0\t1,1,0\toff\n100\t-\t1\t-\t0\t1,1,1\toff\n100\t-\t0\t-\t0\t1,1,1\t-\n";
+        assert_eq!(text, format!("{HEADER}\n{want}"));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
