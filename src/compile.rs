@@ -174,7 +174,7 @@ pub fn compile(model: &Model, name: &str, prompts: &[Prompt], opts: &CompileOpti
         // The recommendation rests on what the user has: this pack and the request's own text, drafted as the
         // plugin drafts them by default (no draft model is known here, so none is recommended).
         let mut d = Drafter::new(Some(index), DrafterConfig::default()).with_texts(drafter_texts(model, &texts));
-        let runs: Vec<Recorded> = heldout.iter().map(|(p, o)| Recorded { prompt: p.clone(), output: o.clone() }).collect();
+        let runs: Vec<Recorded> = heldout.iter().map(|(p, o)| Recorded { prompt: p.clone(), output: o.clone(), ..Recorded::default() }).collect();
         let beta = BetaModel::new(DEFAULT_BETA_PRIOR);
         let s = replay(&mut d, &runs, INVARIANT_DRAFT, |m| beta.beta(m), 1e6).1.speedup();
         heldout_speedup = Some(s);

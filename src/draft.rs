@@ -281,7 +281,7 @@ impl Drafter {
         s.awaiting_accept = false;
         let before = s.ctx.tokens().len();
         let (rewrites, pred) = (&mut s.rewrites, s.pred.index());
-        let kept = if cfg.use_context || pred.is_some() {
+        let kept = if cfg.use_context || cfg.copy_answer || pred.is_some() {
             s.ctx.sync_each(tokens, id_last, |c, x| rewrites.observe(c, pred, cfg.use_context, x))
         } else {
             s.ctx.sync(tokens, id_last)
@@ -768,6 +768,26 @@ mod tests {
         d.begin(0, &prompt);
         assert_eq!(d.prediction_counts(0), Some((0, 0)));
         assert_eq!(d.propose(0, &prompt, 10, 15, 1, &mut out), 0);
+    }
+
+    #[test]
+    fn an_answer_only_copy_reads_what_the_answer_wrote_and_never_the_prompt() {
+        let cfg = |copy_answer| DrafterConfig { adaptive: false, use_context: false, copy_answer, ..DrafterConfig::default() };
+        // The prompt holds 1 2 3 4 5 6; the answer wrote 1 2 7 8 9 and comes back to 1 2.
+        let prompt = [1, 2, 3, 4, 5, 6, 0];
+        let mut hist = prompt.to_vec();
+        hist.extend([1, 2, 7, 8, 9, 1]);
+        let mut out = Vec::new();
+        for (copy_answer, want) in [(true, vec![7, 8, 9]), (false, vec![])] {
+            let mut d = Drafter::new(None, cfg(copy_answer));
+            d.begin(0, &prompt);
+            let g = d.propose(0, &hist, 2, 3, 0, &mut out);
+            assert_eq!(out[..g], want, "copy_answer={copy_answer}: the answer's 7 8 9 after `1 2`, not the prompt's 3 4 5");
+        }
+        // A match that only the prompt holds is no answer copy.
+        let mut d = Drafter::new(None, cfg(true));
+        d.begin(0, &prompt);
+        assert_eq!(d.propose(0, &[1, 2, 3, 4, 5, 6, 0, 9, 4], 5, 3, 0, &mut out), 0, "{out:?}");
     }
 
     /// A machine where verification is dear (this CPU before patch 0005: the second token costs 0.6 steps, every

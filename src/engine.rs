@@ -48,6 +48,8 @@ pub struct EngineConfig {
     pub miss_log_cap: u64,
     /// Also draft from the request itself: copies of its text (prompt + history), the keys its prompt lists.
     pub use_context: bool,
+    /// With `use_context` off, still copy what the answer itself wrote (`context=answer`).
+    pub copy_answer: bool,
     /// A draft model (same tokenizer as the target) consulted where the pack and n-grams have nothing.
     pub draft: Option<DraftChoice>,
     /// KV cells and threads of the draft model's context (the plugin copies the target's).
@@ -116,6 +118,7 @@ impl Default for EngineConfig {
             miss_log: None,
             miss_log_cap: MISS_LOG_CAP,
             use_context: true,
+            copy_answer: false,
             draft: None,
             n_ctx: 4096,
             n_threads: 0,
@@ -171,7 +174,7 @@ impl EngineConfig {
     }
 
     /// Parses `--spec-plugin-arg`: comma-separated `key=value` (`pack=PATH|off`, `misslog=PATH|off`, `misslog_cap=BYTES`,
-    /// `adaptive=0|1`, `shared_gain=F`, `gate=auto|wall|steps|off`, `gate_steps=N`, `kv=auto|split|unified`, `context=0|1`, `nmax=N`, `draft=GGUF`, `shortlist=PATH|full`, `margin=F`, `request_rows=0|1`,
+    /// `adaptive=0|1`, `shared_gain=F`, `gate=auto|wall|steps|off`, `gate_steps=N`, `kv=auto|split|unified`, `context=0|1|answer`, `nmax=N`, `draft=GGUF`, `shortlist=PATH|full`, `margin=F`, `request_rows=0|1`,
     /// `head_dev=cpu|best`, `live=PATH|mem|off`, `live_cap=ENTRIES`, `steplog=PATH`); a bare value is the pack path. Without `pack=`,
     /// the pack beside the model is used when it exists; without `shortlist=`, the shortlist beside the draft GGUF,
     /// else the full head; without `head_dev=`, [`DEFAULT_HEAD_DEVICE`]; without `live=`, the live index is kept in
@@ -243,7 +246,8 @@ impl EngineConfig {
                         _ => return Err(EngineError::Arg(format!("--spec-plugin-arg: kv={v} is not auto, split or unified"))),
                     }
                 }
-                Some(("context", v)) => cfg.use_context = parse_bool(v)?,
+                Some(("context", "answer")) => (cfg.use_context, cfg.copy_answer) = (false, true),
+                Some(("context", v)) => (cfg.use_context, cfg.copy_answer) = (parse_bool(v)?, false),
                 Some(("gate", v)) => {
                     (cfg.gate, cfg.gate_clock) = match v {
                         "auto" => (true, None),
@@ -413,6 +417,7 @@ impl Engine {
             shared_min_gain: cfg.shared_gain,
             layout: cfg.layout,
             use_context: cfg.use_context,
+            copy_answer: cfg.copy_answer,
             gate: cfg.gate.then_some(GateConfig { clock: cfg.gate_clock, min_steps: cfg.gate_steps, ..GateConfig::default() }),
             ..DrafterConfig::default()
         };
@@ -693,6 +698,11 @@ mod tests {
         assert_eq!((c.gate_steps, EngineConfig::from_plugin_arg("gate_steps=1", "").unwrap().gate_steps), (24, 1));
         let e = EngineConfig::from_plugin_arg("gate_steps=many", "").unwrap_err().to_string();
         assert!(e.contains("gate_steps=many is not a number of steps"), "{e}");
+        assert_eq!((c.use_context, c.copy_answer), (true, false));
+        for (v, want) in [("answer", (false, true)), ("0", (false, false)), ("on", (true, false))] {
+            let g = EngineConfig::from_plugin_arg(&format!("context={v}"), "").unwrap();
+            assert_eq!((g.use_context, g.copy_answer), want, "context={v}");
+        }
         let c = EngineConfig::from_plugin_arg("/x.recipes.json", "").unwrap();
         assert_eq!(c.pack.as_deref(), Some(Path::new("/x.recipes.json")));
         let e = EngineConfig::from_plugin_arg("colour=blue", "").unwrap_err().to_string();

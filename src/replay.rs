@@ -16,10 +16,12 @@ use crate::index::Index;
 mod ngram_simple;
 pub use ngram_simple::NgramSimple;
 
-/// One recorded request: the prompt's tokens and the target's greedy continuation.
-#[derive(Clone, Debug)]
+/// One recorded request: the prompt's tokens, the output the request predicted (OpenAI's `prediction`;
+/// empty for none) and the target's greedy continuation.
+#[derive(Clone, Debug, Default)]
 pub struct Recorded {
     pub prompt: Vec<i32>,
+    pub prediction: Vec<i32>,
     pub output: Vec<i32>,
 }
 
@@ -62,8 +64,8 @@ impl Replayed {
 /// A drafter under replay: the plugin's [`Drafter`] (on sequence 0) or a baseline such as llama.cpp's
 /// ngram-simple ([`NgramSimple`]), so both are measured on the same recordings and the same clock.
 pub trait Proposer {
-    /// A new request with this prompt.
-    fn begin(&mut self, prompt: &[i32]);
+    /// A new request with this prompt and predicted output (empty for none).
+    fn begin(&mut self, prompt: &[i32], prediction: &[i32]);
     /// Drafts at most `n_max` tokens after `hist` + `last` into `out`, at `now_ns` on the clock.
     fn propose(&mut self, hist: &[i32], last: i32, n_max: usize, now_ns: u64, out: &mut Vec<i32>) -> usize;
     /// The target kept the first `n` drafted tokens.
@@ -71,8 +73,11 @@ pub trait Proposer {
 }
 
 impl Proposer for Drafter {
-    fn begin(&mut self, prompt: &[i32]) {
+    fn begin(&mut self, prompt: &[i32], prediction: &[i32]) {
         Drafter::begin(self, 0, prompt);
+        if !prediction.is_empty() {
+            Drafter::predict(self, 0, prediction);
+        }
     }
     fn propose(&mut self, hist: &[i32], last: i32, n_max: usize, now_ns: u64, out: &mut Vec<i32>) -> usize {
         Drafter::propose(self, 0, hist, last, n_max, now_ns, out)
@@ -96,7 +101,7 @@ pub fn replay(d: &mut impl Proposer, runs: &[Recorded], n_max: usize, beta: impl
             each.push(m);
             continue;
         };
-        d.begin(&r.prompt);
+        d.begin(&r.prompt, &r.prediction);
         let mut hist = r.prompt.clone();
         let mut last = first;
         let mut i = 0; // rest[i] is what the target samples next
@@ -205,7 +210,7 @@ mod tests {
         prompt.extend([4, 5]);
         let mut output = passage.clone();
         output.extend([7, 8, 9]);
-        Recorded { prompt, output }
+        Recorded { prompt, output, ..Recorded::default() }
     }
 
     #[test]
@@ -238,7 +243,7 @@ mod tests {
         let (_, real) = replay(&mut d, &runs, 15, cpu, 1e6);
         assert!(oracle(None, None, &cfg, &runs, 15, cpu).speedup() >= real.speedup());
         // Nothing to copy, nothing right: one pass per token.
-        let flat = [Recorded { prompt: vec![1, 2, 3], output: (10..30).collect() }];
+        let flat = [Recorded { prompt: vec![1, 2, 3], output: (10..30).collect(), ..Recorded::default() }];
         let o = oracle(None, None, &cfg, &flat, 15, |_| 1.0);
         assert_eq!((o.passes, o.drafted, o.tokens), (19, 0, 19));
     }

@@ -11,6 +11,9 @@ use std::path::PathBuf;
 pub mod plugin_keys {
     /// The request itself off (`context=0`: no copies of it, no keys from its lists): the pack alone.
     pub const CONTEXT_OFF: &str = "context=0";
+    /// Copies of what the answer wrote, not of the prompt (`context=answer`): the request as it would be with
+    /// the text it edits only in its prediction.
+    pub const CONTEXT_ANSWER: &str = "context=answer";
     /// No recipe pack, not even the one beside the model.
     pub const PACK_OFF: &str = "pack=off";
     /// The draft GGUF of the shortlist drafter.
@@ -259,8 +262,9 @@ fn plan_one(kind: ConfigKind, a: &Assets) -> Planned {
         // No compiled pack: the request's copies and what the server learns from its traffic.
         ConfigKind::Live => kolm(vec![plugin_keys::PACK_OFF.into()], None),
         ConfigKind::LiveKept => kolm(vec![plugin_keys::PACK_OFF.into(), format!("{}={}", plugin_keys::LIVE, a.live_file.display())], None),
-        // The request's predicted output alone: no pack, no copies of the prompt, nothing learned from traffic.
-        ConfigKind::Predict => a.predictions.clone().and_then(|()| kolm(vec![plugin_keys::PACK_OFF.into(), plugin_keys::CONTEXT_OFF.into(), "live=off".into()], None)),
+        // The request's predicted output as if the prompt lacked the code: no pack, no copies of the prompt (copies of
+        // the answer's own text, as such a request would have), nothing learned from traffic (it reads prompts).
+        ConfigKind::Predict => a.predictions.clone().and_then(|()| kolm(vec![plugin_keys::PACK_OFF.into(), plugin_keys::CONTEXT_ANSWER.into(), "live=off".into()], None)),
         ConfigKind::Shortlist => model_only(Some(a.shortlist.clone()), false),
         ConfigKind::ShortlistFixed => model_only(Some(a.shortlist.clone()), true),
         ConfigKind::FullHeadFixed => model_only(None, true),
@@ -330,7 +334,7 @@ mod tests {
             other => panic!("{other:?}"),
         }
         match get(ConfigKind::Predict) {
-            Planned::Run(c) => assert_eq!(c.plugin_arg.as_deref(), Some("pack=off,context=0,live=off,misslog=off")),
+            Planned::Run(c) => assert_eq!(c.plugin_arg.as_deref(), Some("pack=off,context=answer,live=off,misslog=off")),
             other => panic!("{other:?}"),
         }
         let none = plan(&[ConfigKind::Predict], &Assets { predictions: Err("no code".into()), ..assets() });

@@ -29,9 +29,15 @@ pub struct ReplayArgs {
     /// Tokens generated per prompt (greedy).
     #[arg(long, default_value_t = 96)]
     tokens: usize,
-    /// Do not draft from the request's own text.
+    /// Draft from the request's own text (`on`), not at all (`off`), or only from what the answer wrote
+    /// (`answer`), as the plugin's `context=` key.
+    #[arg(long, default_value = "on", value_parser = ["on", "off", "answer"])]
+    context: String,
+    /// Send each prompt's code block as the request's predicted output (OpenAI's `prediction`), as the served
+    /// bench's `kolm-predict` does (with `--context answer`). The oracle rows, which read the request's own text
+    /// only, are left out.
     #[arg(long)]
-    no_context: bool,
+    prediction: bool,
     /// Attach a live index that first learns the recorded answers of this many of the workload's training
     /// prompts (unmeasured), as a server that had answered them would have it.
     #[arg(long)]
@@ -68,10 +74,17 @@ pub fn run(a: &ReplayArgs) -> CliResult {
     eprintln!("recording {} greedy continuations of {} tokens …", prompts.len() + warm.len(), a.tokens);
     let mut teacher = Teacher::new(&model, 1, longest + a.tokens + 8, 0)?;
     let mut record = |prompts: Vec<Vec<i32>>| -> Result<Vec<Recorded>, llama::LlamaError> {
-        prompts.into_iter().map(|prompt| Ok(Recorded { output: teacher.greedy(&prompt, a.tokens)?, prompt })).collect()
+        prompts.into_iter().map(|prompt| Ok(Recorded { output: teacher.greedy(&prompt, a.tokens)?, prompt, ..Recorded::default() })).collect()
     };
-    let runs = record(prompts)?;
+    let mut runs = record(prompts)?;
     let warm = record(warm)?;
+    if a.prediction {
+        // Tokenized as the server's patch does: the content alone, no special tokens.
+        for (r, p) in runs.iter_mut().zip(&held) {
+            let code = workload::code_edit::code_block(&p.text).ok_or_else(|| format!("{}: prompt {} has no code block to predict", a.workload, p.id))?;
+            r.prediction = model.tokenize(code, false, false)?;
+        }
+    }
 
     let cpu = BetaModel::new(DEFAULT_BETA_PRIOR);
     let clocks: [(&str, &dyn Fn(usize) -> f64); 3] = [
@@ -80,19 +93,20 @@ pub fn run(a: &ReplayArgs) -> CliResult {
         ("free verification (β = 1, a GPU's limit)", &|_| 1.0),
     ];
     println!(
-        "replay: {} on {} ({} held-out prompts × {} tokens), pack {}, request's own text {}, live index {}",
+        "replay: {} on {} ({} held-out prompts × {} tokens), pack {}, request's own text {}, prediction {}, live index {}",
         a.model.display(),
         a.workload,
         runs.len(),
         a.tokens,
         pack.as_ref().map_or("none".into(), |p| p.display().to_string()),
-        if a.no_context { "off" } else { "on" },
+        match a.context.as_str() { "answer" => "(the answer's only)", c => c },
+        if a.prediction { "the prompt's code block" } else { "none" },
         a.live.map_or("off".into(), |n| format!("learned from {n} training prompts' answers"))
     );
     println!("\n| clock | speedup | tokens per pass | drafted | accepted | α | per prompt |\n|---|---:|---:|---:|---:|---:|---|");
     let vocab = vocab::token_texts(&model);
     let index = pack.as_deref().map(|p| engine::load_index(p, &vocab)).transpose()?;
-    let cfg = DrafterConfig { use_context: !a.no_context, ..DrafterConfig::default() };
+    let cfg = DrafterConfig { use_context: a.context == "on", copy_answer: a.context == "answer", ..DrafterConfig::default() };
     let texts = vocab::drafter_texts(&model, &vocab);
     let row = |name: &str, (each, t): (Vec<Replayed>, Replayed)| {
         let per: Vec<String> = each.iter().map(|r| format!("{:.2}", r.speedup())).collect();
@@ -125,6 +139,9 @@ pub fn run(a: &ReplayArgs) -> CliResult {
         let mut baseline = NgramSimple::DEFAULT;
         let n_max = baseline.m;
         row("… llama.cpp's ngram-simple (its long verifies priced as strict calls of 16; served, 48 tokens cost β ≈ 21 on the fast kernels)", replay(&mut baseline, &runs, n_max, beta, 1e6));
+        if a.prediction {
+            continue;
+        }
         let o = oracle(index.as_ref(), Some(&texts), &cfg, &runs, INVARIANT_DRAFT, beta);
         println!(
             "| … oracle: every run of right proposals drafted, nothing else | {:.3} | {:.2} | {} | {} | 1.00 | |",

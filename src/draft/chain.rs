@@ -70,7 +70,8 @@ pub(super) fn build_chain(
             Some((h.token, Class::live(h.kind, h.count, h.confidence(), place)))
         });
         if copy.is_none() {
-            copy = Copying::find(&s.ctx, s.pred.index(), &s.rewrites, &s.scratch[keep..], cfg.ctx_min_n, cfg.use_context, s.answer.start());
+            let own = if cfg.use_context { Own::All } else if cfg.copy_answer { Own::Answer } else { Own::Off };
+            copy = Copying::find(&s.ctx, s.pred.index(), &s.rewrites, &s.scratch[keep..], cfg.ctx_min_n, own, s.answer.start());
         }
         // A copy never proposes a control token: in the prompt those are the chat template's markers, which
         // the answer does not repeat (on HumanEval the copy of a docstring ran on into `<|im_end|>`).
@@ -165,6 +166,15 @@ impl<'a> Lookups<'a> {
     }
 }
 
+/// What of the request's own text a copy may copy.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Own {
+    Off,
+    /// What the answer wrote, not the prompt.
+    Answer,
+    All,
+}
+
 /// A copy being drafted, from the text it copies: the request's own or its prediction. A copy proposes,
 /// where it reaches a span the answer rewrote before, the answer's version ([`Rewrites`]) and runs on after
 /// the span.
@@ -184,17 +194,25 @@ struct Copying<'a> {
 
 impl<'a> Copying<'a> {
     /// The copy after the longer match of the history's end (`own`'s mirror followed by `drafted`): in the
-    /// prediction (when there is one) or in the request's own text (when `use_own`), each read as it is or,
-    /// where the history ends in an answer's rewrite, as the text that rewrite replaced; the prediction on a
-    /// tie, as it is the caller's word on this very answer. The answer starts at `answer_start` of the mirror.
-    fn find(own: &'a ContextIndex, pred: Option<&'a ContextIndex>, rules: &'a Rewrites, drafted: &[i32], min_n: usize, use_own: bool, answer_start: usize) -> Option<Copying<'a>> {
+    /// prediction (when there is one) or in the request's own text (as far as `use_own` allows), each read as
+    /// it is or, where the history ends in an answer's rewrite, as the text that rewrite replaced; the
+    /// prediction on a tie, as it is the caller's word on this very answer. The answer starts at
+    /// `answer_start` of the mirror.
+    fn find(own: &'a ContextIndex, pred: Option<&'a ContextIndex>, rules: &'a Rewrites, drafted: &[i32], min_n: usize, use_own: Own, answer_start: usize) -> Option<Copying<'a>> {
         let hist = own.tokens();
         let base = |from, at, predicted| Copying { from, at, predicted, answer_start, rules, rewriting: None };
         let copy = |from: &'a ContextIndex, at, predicted| base(from, at, predicted).rewrite();
         let p = pred.and_then(|ix| copy(ix, ix.find_after(hist, drafted, min_n)?, true));
         let p = longer(p, pred.and_then(|ix| Copying::undone(base(ix, Copy::default(), true), hist, drafted, min_n)));
-        let o = use_own.then(|| copy(own, own.find(drafted, min_n)?, false)).flatten();
-        let o = longer(o, use_own.then(|| Copying::undone(base(own, Copy::default(), false), hist, drafted, min_n)).flatten());
+        // Rewrites of the own text are tracked against the prompt, which an answer-only copy does not read.
+        let o = match use_own {
+            Own::Off => None,
+            Own::Answer => own.find_from(drafted, min_n, answer_start).and_then(|at| copy(own, at, false)),
+            Own::All => longer(
+                own.find(drafted, min_n).and_then(|at| copy(own, at, false)),
+                Copying::undone(base(own, Copy::default(), false), hist, drafted, min_n),
+            ),
+        };
         match (p, o) {
             (Some(p), Some(o)) if o.at.len > p.at.len => Some(o),
             (p, o) => p.or(o),
@@ -271,7 +289,7 @@ fn longer<'a>(plain: Option<Copying<'a>>, undone: Option<Copying<'a>>) -> Option
 /// a chain's first token would: the replay's oracle asks it at every position (for the token only, so where the
 /// answer starts, which only a copy's class reads, is not given).
 pub fn copied_token(ctx: &ContextIndex, rewrites: &Rewrites, min_n: usize) -> Option<i32> {
-    Copying::find(ctx, None, rewrites, &[], min_n, true, 0).map(Copying::token)
+    Copying::find(ctx, None, rewrites, &[], min_n, Own::All, 0).map(Copying::token)
 }
 
 /// Acceptance expected of `c` on a sequence with `rates`: its own counts shrunk towards those all sequences

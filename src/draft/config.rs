@@ -68,6 +68,9 @@ pub struct DrafterConfig {
     /// Draft from the request itself where the pack has nothing: copies of its text and the keys its prompt's
     /// lists name (off: the pack, the live index and a draft model only).
     pub use_context: bool,
+    /// With `use_context` off, copies of what the answer itself wrote are still drafted (not of the prompt): a
+    /// request whose prompt lacks the text it edits, with the text given as its prediction, has these.
+    pub copy_answer: bool,
     /// The measured on/off gate over the control (used while `adaptive`; None: the control alone decides).
     pub gate: Option<GateConfig>,
 }
@@ -123,6 +126,7 @@ impl Default for DrafterConfig {
             layout: None,
             adaptive: true,
             use_context: true,
+            copy_answer: false,
             gate: Some(GateConfig::default()),
         }
     }

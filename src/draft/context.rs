@@ -123,20 +123,26 @@ impl ContextIndex {
         self.find_after(&self.tokens, drafted, min_n)
     }
 
+    /// [`find`](Self::find) among the copies whose text starts at mirror position `floor` or later.
+    pub fn find_from(&self, drafted: &[i32], min_n: usize, floor: usize) -> Option<Copy> {
+        self.find_between(&self.tokens, drafted, min_n, self.max_n, floor)
+    }
+
     /// [`find`](Self::find) for a history kept elsewhere (`hist` followed by `drafted`): where in this index
     /// its end occurred, so another text (a request's predicted output) can be copied from.
     pub fn find_after(&self, hist: &[i32], drafted: &[i32], min_n: usize) -> Option<Copy> {
-        self.find_between(hist, drafted, min_n, self.max_n)
+        self.find_between(hist, drafted, min_n, self.max_n, 0)
     }
 
     /// Where in this index the last `n` tokens of `hist` occurred last (one lookup, not the longest suffix
     /// first): whether the end of `hist` copies text here, asked for every token an answer takes.
     pub fn find_last(&self, hist: &[i32], n: usize) -> Option<Copy> {
-        self.find_between(hist, &[], n, n)
+        self.find_between(hist, &[], n, n, 0)
     }
 
-    /// [`find_after`](Self::find_after) over suffixes of `min_n` to `max_n` tokens.
-    fn find_between(&self, hist: &[i32], drafted: &[i32], min_n: usize, max_n: usize) -> Option<Copy> {
+    /// [`find_after`](Self::find_after) over suffixes of `min_n` to `max_n` tokens whose last occurrence
+    /// starts at `floor` or later.
+    fn find_between(&self, hist: &[i32], drafted: &[i32], min_n: usize, max_n: usize, floor: usize) -> Option<Copy> {
         let (m, past) = (self.tokens.len(), hist.len());
         let len = past + drafted.len();
         let at = |i: usize| self.key(if i < past { hist[i] } else { drafted[i - past] });
@@ -150,7 +156,7 @@ impl ContextIndex {
         (min_n.max(1)..=top).rev().find_map(|k| {
             let (p, seen) = *self.next.get(&keys[k - 1])?;
             let p = p as usize;
-            if p >= m || p < k || (1..=k).any(|j| self.key(self.tokens[p - j]) != at(len - j)) {
+            if p >= m || p < k + floor || (1..=k).any(|j| self.key(self.tokens[p - j]) != at(len - j)) {
                 return None;
             }
             let mut n = k;

@@ -18,7 +18,7 @@ impl NgramSimple {
 }
 
 impl Proposer for NgramSimple {
-    fn begin(&mut self, _prompt: &[i32]) {}
+    fn begin(&mut self, _prompt: &[i32], _prediction: &[i32]) {}
 
     fn propose(&mut self, hist: &[i32], last: i32, n_max: usize, _now_ns: u64, out: &mut Vec<i32>) -> usize {
         out.clear();
