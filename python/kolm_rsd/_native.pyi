@@ -100,6 +100,7 @@ class Drafter:
         live: bool = True,
         miss_log: StrPath | None = None,
         miss_log_cap: int = ...,
+        step_log: StrPath | None = None,
     ) -> None:
         """From the tokenizer's raw token texts in id order (``convert_ids_to_tokens``, bytes or str).
 
@@ -107,11 +108,12 @@ class Drafter:
         turn). ``pack`` is checked against the texts' fingerprint (:class:`TokenizerMismatchError`).
         ``adaptive=False`` turns the break-even control off (drafts whatever the evidence gives);
         ``shared_gain`` is the margin over a plain step a draft must promise when other sequences share the
-        verify call (the plugin's ``shared_gain=``; None: its default, 0.25); ``one_pass=True``: every step is one
+        verify call (the plugin's ``shared_gain=``; None: its default, 0.05); ``one_pass=True``: every step is one
         forward pass of all sequences' tokens with no call limit (vLLM), its cost learned per row count and
         drafted token, instead of llama-server's calls and passes;
         ``context=False`` drafts from the pack alone; ``live=False`` turns off the live index (recipes learned
-        from the answers this drafter has seen, in memory); ``miss_log`` collects what no recipe predicted.
+        from the answers this drafter has seen, in memory); ``miss_log`` collects what no recipe predicted;
+        ``step_log`` writes a line per step (the plugin's ``steplog=``: its wall time, price and tokens per sequence).
         """
     @staticmethod
     def from_gguf(model: StrPath, arg: str = "", n_seq: int = 1) -> Drafter:

@@ -14,7 +14,8 @@ pack cannot ride in it. A pack for another tokenizer stops the server with :clas
 **Shared steps.** ``KOLM_RSD_SHARED_GAIN`` sets the margin over a plain step that a draft must promise when other
 requests share the verify step (the llama.cpp plugin's ``shared_gain=``); default 0.05, as the plugin's. A step's cost is learned as vLLM runs it, one
 forward pass of every request's tokens, priced per request and per drafted token (``KOLM_RSD_ONE_PASS=0``: priced
-as llama-server's calls of at most 16 tokens instead, kept to measure the difference).
+as llama-server's calls of at most 16 tokens instead, kept to measure the difference). ``KOLM_RSD_STEP_LOG=PATH``
+writes a line per step: its wall time, what the drafter priced it at, and the tokens each request verified.
 
 **Acceptance.** vLLM has no accept callback. The next step's ``sampled_token_ids`` of a request are the draft
 tokens the target kept followed by one token of its own, so the tokens accepted are the common prefix of the
@@ -107,6 +108,9 @@ class Proposer:
         if one_pass not in ("0", "1"):
             raise ValueError(f"KOLM_RSD_ONE_PASS={one_pass!r} is not 0 or 1")
         options.setdefault("one_pass", one_pass == "1")
+        step_log = os.environ.get("KOLM_RSD_STEP_LOG")
+        if step_log:
+            options.setdefault("step_log", step_log)
         self.drafter = Drafter(texts, pack=self.pack, control_tokens=control, n_seq=n_seq, n_max=self.k, **options)
         self._requests: dict[tuple[bytes, int], _Request] = {}
         self._free = list(range(n_seq - 1, -1, -1))

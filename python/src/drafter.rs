@@ -45,7 +45,7 @@ impl Drafter {
     /// as bytes or str) are `token_texts`, in id order. `control_tokens`: ids a copy of the prompt must never
     /// propose (chat-template markers, end of turn). `pack` is checked against the texts' fingerprint.
     #[new]
-    #[pyo3(signature = (token_texts, *, pack=None, control_tokens=None, n_seq=1, n_max=MAX_DRAFT, adaptive=true, shared_gain=None, one_pass=false, context=true, live=true, miss_log=None, miss_log_cap=MISS_LOG_CAP))]
+    #[pyo3(signature = (token_texts, *, pack=None, control_tokens=None, n_seq=1, n_max=MAX_DRAFT, adaptive=true, shared_gain=None, one_pass=false, context=true, live=true, miss_log=None, miss_log_cap=MISS_LOG_CAP, step_log=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -61,6 +61,7 @@ impl Drafter {
         live: bool,
         miss_log: Option<PathBuf>,
         miss_log_cap: u64,
+        step_log: Option<PathBuf>,
     ) -> PyResult<Drafter> {
         if n_seq == 0 {
             return Err(PyValueError::new_err("n_seq must be at least 1"));
@@ -74,7 +75,7 @@ impl Drafter {
         let control: HashSet<i32> = control_tokens.unwrap_or_default().into_iter().collect();
         let live = if live { LiveChoice::Memory } else { LiveChoice::Off };
         let layout = one_pass.then_some(Layout::OnePass);
-        let cfg = EngineConfig { n_seq, n_max, adaptive, shared_gain, layout, use_context: context, live, pack, miss_log, miss_log_cap, ..EngineConfig::default() };
+        let cfg = EngineConfig { n_seq, n_max, adaptive, shared_gain, layout, use_context: context, live, pack, miss_log, miss_log_cap, step_log, ..EngineConfig::default() };
         let engine = py.detach(|| Engine::from_texts(&views(&texts), |t| control.contains(&t), cfg)).map_err(engine_error)?;
         Ok(Drafter::wrap(engine))
     }

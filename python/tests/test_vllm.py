@@ -113,8 +113,9 @@ def test_steps_are_priced_as_one_pass_unless_the_environment_says_otherwise(mode
         Proposer(config(model_dir), vocab=vocab)
 
 
-def test_drafts_for_every_row_learn_acceptance_and_follow_rows_that_move(model_dir, vocab, monkeypatch):
+def test_drafts_for_every_row_learn_acceptance_and_follow_rows_that_move(model_dir, vocab, monkeypatch, tmp_path):
     monkeypatch.delenv("KOLM_RSD_PACK", raising=False)
+    monkeypatch.setenv("KOLM_RSD_STEP_LOG", str(tmp_path / "steps.tsv"))
     texts, control = vocab
     p = Proposer(config(model_dir), vocab=vocab, adaptive=False)
     assert p.pack == model_dir / "smollm2.recipes.json"
@@ -138,6 +139,11 @@ def test_drafts_for_every_row_learn_acceptance_and_follow_rows_that_move(model_d
     assert s.tokens_drafted > 40 and s.pack_hits > 0 and s.context_hits > 0
     assert s.tokens_accepted == b.kept, "every kept token reported, also after the move"
     assert "proposer" in p.summary() and "ms/step" in p.summary()
+    # A line per step, written as it ends: the tokens each engine sequence verified (two requests, then three).
+    lines = (tmp_path / "steps.tsv").read_text().splitlines()
+    assert lines[0].startswith("wall_us\t") and len(lines) == step
+    slots = [line.split("\t")[5].split(",") for line in lines[1:]]
+    assert all(len(s) == 4 for s in slots) and sum(int(x) > 0 for x in slots[5]) == 3, slots[:6]
 
 
 def test_finished_requests_free_their_sequence(model_dir, vocab, monkeypatch):

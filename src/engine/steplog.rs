@@ -3,7 +3,7 @@
 //! timed alone; this is what the steps cost in place, beside the other slots' prompts and the server's own work.
 
 use std::fs::File;
-use std::io::{BufWriter, Write};
+use std::io::{LineWriter, Write};
 use std::path::{Path, PathBuf};
 
 use crate::draft::gate::Arm;
@@ -22,7 +22,9 @@ pub type GateMark = Option<(Arm, Option<(u64, Arm, f64)>)>;
 
 pub struct StepLog {
     path: PathBuf,
-    out: Option<BufWriter<File>>,
+    /// Written a line at a time: read while the server runs, and whole when its process ends without dropping
+    /// the engine (vLLM's workers).
+    out: Option<LineWriter<File>>,
     /// The open step: its first `propose` (ns), the time in its calls (ns), its first `accept` (ns).
     start: Option<u64>,
     drafted: u64,
@@ -35,7 +37,7 @@ pub struct StepLog {
 
 impl StepLog {
     pub fn create(path: &Path) -> std::io::Result<StepLog> {
-        let mut out = BufWriter::new(File::create(path)?);
+        let mut out = LineWriter::new(File::create(path)?);
         writeln!(out, "{HEADER}")?;
         Ok(StepLog { path: path.to_path_buf(), out: Some(out), start: None, drafted: 0, accepted: None, begun: 0, arm: None, windows: 0 })
     }
