@@ -96,7 +96,7 @@ def metrics(port: int) -> dict[str, float]:
     return found
 
 
-def serve(label, model_dir, spec, env, sets, tokens, clients, port, logs):
+def serve(label, model_dir, spec, env, args, sets, tokens, clients, port, logs):
     """One server for one configuration. For each workload and concurrency its own prompts (``sets[w][c]``:
     the proposer's live index learns from what it served, so no prompt is served twice), then vLLM's
     acceptance counters for that workload."""
@@ -108,6 +108,7 @@ def serve(label, model_dir, spec, env, sets, tokens, clients, port, logs):
            "--gpu-memory-utilization", "0.5"]
     if spec:
         cmd += ["--speculative-config", json.dumps(spec)]
+    cmd += args
     log = logs / f"{label}.log"
     if spec and spec.get("model") == "kolm_rsd.vllm.Proposer":
         # A line per step: its wall time, the drafter's price and the tokens each request verified.
@@ -161,15 +162,18 @@ def suffix_available() -> bool:
     return True
 
 
-def config(name: str, k_default: int) -> tuple[str, str, dict | None, dict]:
-    """(method, label, speculative config, environment) of a configuration named METHOD[:K][/GAIN] (GAIN: kolm-rsd's
-    margin in steps shared with other requests, KOLM_RSD_SHARED_GAIN)."""
+def config(name: str, k_default: int) -> tuple[str, str, dict | None, dict, list]:
+    """(method, label, speculative config, environment, server flags) of a configuration named METHOD[:K][/GAIN]
+    (GAIN: kolm-rsd's margin in steps shared with other requests, KOLM_RSD_SHARED_GAIN)."""
     name, _, gain = name.partition("/")
     method, _, k = name.partition(":")
     k = int(k) if k else {"ngram": 4, "suffix": 16, "floor": 2}.get(method, k_default)
     kolm = {"method": "custom_class", "model": "kolm_rsd.vllm.Proposer", "num_speculative_tokens": k}
     known = {
         "plain": ("plain", None, {}),
+        # vLLM 0.32 turns async scheduling off for every speculative method but EAGLE/MTP, draft models and its GPU
+        # n-grams (a custom_class proposer included): plain decoding as it runs under any of those.
+        "plain-sync": ("plain, no async scheduling", None, {}),
         # vLLM's speculative path drafting nothing (an n-gram of 64 never matches): what speculation costs before any draft.
         "floor": (f"speculation k={k}, no drafts", {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_max": 64, "prompt_lookup_min": 64}, {}),
         "ngram": (f"ngram k={k}", {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_max": 4, "prompt_lookup_min": 2}, {}),
@@ -182,11 +186,12 @@ def config(name: str, k_default: int) -> tuple[str, str, dict | None, dict]:
     if method not in known:
         sys.exit(f"--configs: unknown method {method!r} (one of {', '.join(known)})")
     label, spec, env = known[method]
+    args = ["--no-async-scheduling"] if method == "plain-sync" else []
     if gain:
         if not method.startswith("kolm"):
             sys.exit(f"--configs: {name}/{gain}: a shared-step margin is kolm-rsd's alone")
         label, env = f"{label}, shared gain {gain}", {**env, "KOLM_RSD_SHARED_GAIN": gain}
-    return method, label, spec, env
+    return method, label, spec, env, args
 
 
 def main() -> None:
@@ -215,9 +220,9 @@ def main() -> None:
     logs.mkdir(parents=True, exist_ok=True)
     configs = [c for c in (config(name, a.k) for name in a.configs.split(",")) if c[0] != "suffix" or suffix_available()]
     results = {}
-    for _, label, spec, env in configs:
+    for _, label, spec, env, args in configs:
         print(f"serving {label} ...", file=sys.stderr, flush=True)
-        results[label] = serve(label.replace(" ", "_").replace(",", "").replace("=", ""), model_dir, spec, env, sets, a.tokens, clients, a.port, logs)
+        results[label] = serve(label.replace(" ", "_").replace(",", "").replace("=", ""), model_dir, spec, env, args, sets, a.tokens, clients, a.port, logs)
     (logs / "results.json").write_text(json.dumps(results, indent=1))
     plain = results["plain"]
     empty = sum(not o.strip() for key, r in plain.items() if "@" in key and "metrics" not in key for o in r["outputs"])

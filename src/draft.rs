@@ -206,12 +206,17 @@ impl Drafter {
         };
         s.restart(prompt, self.texts.as_ref());
         self.rounds.record(seq, 1, 1.0);
-        // llama-server calls this right after the decode that evaluated the prompt beside the other slots' drafts,
-        // so every other sequence's next interval holds the prompt's time, which is not verify cost: none of them
-        // times it. At `-np 8`, with prompts 64% of the wall time, such intervals made β look flat (1.02–1.07 for
-        // 2–5 tokens, session 16).
-        for other in &mut self.seqs {
-            other.last_ns = None;
+        // llama-server and vLLM call this right after the decode that evaluated the prompt.
+        self.prompt_decoded();
+    }
+
+    /// The decode that just ended also evaluated a prompt (a request begun, or a chunk of a prompt vLLM prefills
+    /// over several steps): every sequence's interval up to its next call holds that time, which is not verify
+    /// cost, so none of them times it, nor does the gate. At `-np 8`, with prompts 64% of the wall time, such
+    /// intervals made β look flat (1.02–1.07 for 2–5 tokens, session 16).
+    pub fn prompt_decoded(&mut self) {
+        for s in &mut self.seqs {
+            s.last_ns = None;
         }
         if let Some(g) = &mut self.gate {
             g.prompt();
@@ -768,6 +773,27 @@ mod tests {
         d.begin(0, &prompt);
         assert_eq!(d.prediction_counts(0), Some((0, 0)));
         assert_eq!(d.propose(0, &prompt, 10, 15, 1, &mut out), 0);
+    }
+
+    #[test]
+    fn a_step_that_decoded_a_prompt_is_not_timed() {
+        // A sequence decodes one token a step in 50 ms; two steps also prefill chunks of another prompt (+40 ms).
+        let unit = |prefill_told: bool| {
+            let mut d = Drafter::new(None, DrafterConfig { use_context: false, ..DrafterConfig::default() });
+            let (toks, mut out, mut now) = ([1, 2, 3], Vec::new(), 0u64);
+            d.begin(0, &toks);
+            for step in 0..12 {
+                now += if step % 6 == 5 { 90_000_000 } else { 50_000_000 };
+                if step % 6 == 5 && prefill_told {
+                    d.prompt_decoded();
+                }
+                d.propose(0, &toks, 4, 4, now, &mut out);
+                d.accept(0, 0);
+            }
+            d.beta.unit_ns().unwrap()
+        };
+        assert!((unit(true) - 50e6).abs() < 1e6, "the plain step stays 50 ms: {}", unit(true));
+        assert!(unit(false) > 52e6, "timed, the prefill inflates it: {}", unit(false));
     }
 
     #[test]

@@ -481,6 +481,12 @@ impl Engine {
         }
     }
 
+    /// The decode that just ended also evaluated part of a prompt that no `begin` follows yet (vLLM prefills a
+    /// long prompt in chunks over several steps): its time is not verify cost ([`Drafter::prompt_decoded`]).
+    pub fn prompt_decoded(&mut self) {
+        self.drafter.prompt_decoded();
+    }
+
     /// The request begun on `seq` comes with a predicted output (OpenAI `prediction`), a source of copies.
     pub fn predict(&mut self, seq: usize, tokens: &[Token]) {
         self.drafter.predict(seq, tokens);

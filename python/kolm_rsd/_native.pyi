@@ -122,6 +122,8 @@ class Drafter:
     def n_seq(self) -> int: ...
     def begin(self, seq: int, prompt: Tokens) -> None:
         """A new request starts on ``seq`` with this prompt."""
+    def prompt_decoded(self) -> None:
+        """The step that just ended also evaluated part of a prompt (a chunked prefill): not timed as verify cost."""
     def predict(self, seq: int, tokens: Tokens) -> None:
         """The request on ``seq`` comes with a predicted output, a text to copy drafts from."""
     def propose(self, seq: int, tokens: Tokens, id_last: int, n_max: int = ...) -> list[int]:

@@ -137,9 +137,11 @@ class Proposer:
         self._step += 1
         previous, self._requests = self._requests, {}
         # First the rows that continue a request drafted for last step, so a new one never takes their sequence.
-        rows = []
+        rows, prefilled = [], False
         for i, sampled in enumerate(sampled_token_ids):
             n = int(num_tokens_no_spec[i])
+            # A request with no token this step had a chunk of its prompt prefilled (vLLM clears what it sampled).
+            prefilled |= not len(sampled) and n >= 1
             if not len(sampled) or n < 1:
                 continue
             tokens = np.asarray(token_ids_cpu[i, :n], dtype=np.int32)
@@ -173,6 +175,10 @@ class Proposer:
                 self._free.append(req.seq)
             else:
                 self._requests[key] = req
+        # That chunk has no `begin` yet, and the step's time is not verify cost (one such 1.3 s step, timed as four
+        # rows' decode, once made a drafted token look free).
+        if prefilled:
+            self.drafter.prompt_decoded()
         drafts = self.drafter.propose_batch(batch, self.k) if batch else []
         out: list[list[int]] = [[] for _ in sampled_token_ids]
         for (i, req), draft in zip(placed, drafts):

@@ -112,6 +112,13 @@ impl Drafter {
         })
     }
 
+    /// The step that just ended also evaluated part of a prompt (vLLM's chunked prefill, before the request's
+    /// first token and so its `begin`): no sequence times that step as verify cost.
+    fn prompt_decoded(&self) -> PyResult<()> {
+        self.engine()?.prompt_decoded();
+        Ok(())
+    }
+
     /// The request begun on `seq` comes with a predicted output (OpenAI's `prediction`): a text to copy from.
     fn predict(&self, py: Python<'_>, seq: i64, tokens: &Bound<'_, PyAny>) -> PyResult<()> {
         let (s, tokens) = (self.seq(seq)?, token_ids(tokens)?);

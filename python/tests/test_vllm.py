@@ -160,3 +160,32 @@ def test_finished_requests_free_their_sequence(model_dir, vocab, monkeypatch):
             b.verify(p.propose(b.sampled, b.n, b.tokens))
         assert b.kept > 0, "the copy of the prompt drafted"
     assert p.propose([[]], np.zeros(1, dtype=np.int32), np.zeros((1, MAX_LEN), dtype=np.int32)) == [[]]
+
+
+def test_a_step_that_prefilled_part_of_a_prompt_is_not_timed(model_dir, vocab, monkeypatch):
+    monkeypatch.setenv("KOLM_RSD_PACK", "off")
+    texts, _ = vocab
+    p = Proposer(config(model_dir), vocab=vocab)
+
+    class Spy:
+        """The drafter, counting what the proposer tells it of prefills."""
+
+        def __init__(self, inner):
+            self.inner, self.prefills = inner, 0
+
+        def prompt_decoded(self):
+            self.prefills += 1
+            self.inner.prompt_decoded()
+
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+
+    p.drafter = spy = Spy(p.drafter)
+    b = Batch(rows=2)
+    b.add(0, tokenize(texts, PROMPT), tokenize(texts, ANSWER))
+    b.verify(p.propose(b.sampled, b.n, b.tokens))
+    assert spy.prefills == 0, "every row decoded a token"
+    # Row 1 holds a long prompt's first chunk: vLLM clears its sampled tokens until the prefill completes.
+    b.tokens[1, :40], b.n[1] = tokenize(texts, PROMPT)[:40], 40
+    b.verify(p.propose(b.sampled, b.n, b.tokens))
+    assert spy.prefills == 1 and b.sampled[1] == []
