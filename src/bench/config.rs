@@ -263,7 +263,8 @@ fn plan_one(kind: ConfigKind, a: &Assets) -> Planned {
         ConfigKind::Live => kolm(vec![plugin_keys::PACK_OFF.into()], None),
         ConfigKind::LiveKept => kolm(vec![plugin_keys::PACK_OFF.into(), format!("{}={}", plugin_keys::LIVE, a.live_file.display())], None),
         // The request's predicted output as if the prompt lacked the code: no pack, no copies of the prompt (copies of
-        // the answer's own text, as such a request would have), nothing learned from traffic (it reads prompts).
+        // the answer's own text, as such a request would have), nothing learned from earlier requests, so the row
+        // measures what the prediction gives.
         ConfigKind::Predict => a.predictions.clone().and_then(|()| kolm(vec![plugin_keys::PACK_OFF.into(), plugin_keys::CONTEXT_ANSWER.into(), "live=off".into()], None)),
         ConfigKind::Shortlist => model_only(Some(a.shortlist.clone()), false),
         ConfigKind::ShortlistFixed => model_only(Some(a.shortlist.clone()), true),
