@@ -47,7 +47,7 @@ use step::Rounds;
 use syntax::TokenTexts;
 
 pub use chain::{copied_token, next_key};
-pub use config::DrafterConfig;
+pub use config::{Context, DrafterConfig};
 pub use miss::{Miss, MissKind, MISS_CONTEXT};
 pub use stats::Stats;
 
@@ -286,8 +286,8 @@ impl Drafter {
         s.awaiting_accept = false;
         let before = s.ctx.tokens().len();
         let (rewrites, pred) = (&mut s.rewrites, s.pred.index());
-        let kept = if cfg.use_context || cfg.copy_answer || pred.is_some() {
-            s.ctx.sync_each(tokens, id_last, |c, x| rewrites.observe(c, pred, cfg.use_context, x))
+        let kept = if cfg.context != Context::Off || pred.is_some() {
+            s.ctx.sync_each(tokens, id_last, |c, x| rewrites.observe(c, pred, cfg.context == Context::All, x))
         } else {
             s.ctx.sync(tokens, id_last)
         };
@@ -600,7 +600,7 @@ mod tests {
 
     #[test]
     fn a_request_drafts_from_what_another_slot_answered() {
-        let cfg = DrafterConfig { use_context: false, ..eager(2) };
+        let cfg = DrafterConfig { context: Context::Off, ..eager(2) };
         let live = Live::new(crate::live::LiveConfig::default(), None);
         let mut d = Drafter::new(None, cfg.clone()).with_live(live);
         let prompt = [1, 2, 3, 4];
@@ -633,7 +633,7 @@ mod tests {
         // The pack knows a few places of the answer; the live index learns the rest from the first request.
         let entries = answer.windows(4).step_by(9).map(|w| lit(&w[..3], w[3] as u32, 3)).collect();
         let pack = Pack::from_entries(meta(), entries).unwrap();
-        let cfg = DrafterConfig { use_context: false, ..eager(2) };
+        let cfg = DrafterConfig { context: Context::Off, ..eager(2) };
         let run = |own_table: bool| {
             let live_shapes = if own_table { crate::shape::tests::table() } else { sh.clone() };
             assert_eq!(live_shapes.same(&sh), !own_table);
@@ -651,7 +651,7 @@ mod tests {
 
     #[test]
     fn a_restarted_drafter_starts_from_the_acceptance_learned_before() {
-        let cfg = DrafterConfig { use_context: false, ..eager(2) };
+        let cfg = DrafterConfig { context: Context::Off, ..eager(2) };
         let mut d = Drafter::new(None, cfg.clone()).with_live(Live::new(crate::live::LiveConfig::default(), None));
         let answer: Vec<i32> = (100..140).collect();
         serve(&mut d, 0, &[1, 2, 3, 4], &answer, 8);
@@ -670,7 +670,7 @@ mod tests {
 
     #[test]
     fn a_draft_model_is_used_only_where_it_pays() {
-        let cpu = DrafterConfig { use_context: false, ..DrafterConfig::default() };
+        let cpu = DrafterConfig { context: Context::Off, ..DrafterConfig::default() };
         // Verification on this CPU's β and a model costing half a target step: never worth a probe.
         let (calls, st) = run_with_model(cpu.clone(), 300, 1_000_000, 500_000.0);
         assert_eq!((calls, st.model_hits, st.model_probes), (0, 0, 0), "{st:?}");
@@ -758,7 +758,7 @@ mod tests {
 
     #[test]
     fn a_prediction_is_copied_from_the_first_step_and_counted() {
-        let mut d = Drafter::new(None, DrafterConfig { adaptive: false, use_context: false, ..DrafterConfig::default() });
+        let mut d = Drafter::new(None, DrafterConfig { adaptive: false, context: Context::Off, ..DrafterConfig::default() });
         let prompt = [1, 2, 3];
         d.begin(0, &prompt);
         d.predict(0, &[10, 11, 12, 13, 14]);
@@ -779,7 +779,7 @@ mod tests {
     fn a_step_that_decoded_a_prompt_is_not_timed() {
         // A sequence decodes one token a step in 50 ms; two steps also prefill chunks of another prompt (+40 ms).
         let unit = |prefill_told: bool| {
-            let mut d = Drafter::new(None, DrafterConfig { use_context: false, ..DrafterConfig::default() });
+            let mut d = Drafter::new(None, DrafterConfig { context: Context::Off, ..DrafterConfig::default() });
             let (toks, mut out, mut now) = ([1, 2, 3], Vec::new(), 0u64);
             d.begin(0, &toks);
             for step in 0..12 {
@@ -798,20 +798,20 @@ mod tests {
 
     #[test]
     fn an_answer_only_copy_reads_what_the_answer_wrote_and_never_the_prompt() {
-        let cfg = |copy_answer| DrafterConfig { adaptive: false, use_context: false, copy_answer, ..DrafterConfig::default() };
+        let cfg = |context| DrafterConfig { adaptive: false, context, ..DrafterConfig::default() };
         // The prompt holds 1 2 3 4 5 6; the answer wrote 1 2 7 8 9 and comes back to 1 2.
         let prompt = [1, 2, 3, 4, 5, 6, 0];
         let mut hist = prompt.to_vec();
         hist.extend([1, 2, 7, 8, 9, 1]);
         let mut out = Vec::new();
-        for (copy_answer, want) in [(true, vec![7, 8, 9]), (false, vec![])] {
-            let mut d = Drafter::new(None, cfg(copy_answer));
+        for (context, want) in [(Context::Answer, vec![7, 8, 9]), (Context::Off, vec![])] {
+            let mut d = Drafter::new(None, cfg(context));
             d.begin(0, &prompt);
             let g = d.propose(0, &hist, 2, 3, 0, &mut out);
-            assert_eq!(out[..g], want, "copy_answer={copy_answer}: the answer's 7 8 9 after `1 2`, not the prompt's 3 4 5");
+            assert_eq!(out[..g], want, "{context:?}: the answer's 7 8 9 after `1 2`, not the prompt's 3 4 5");
         }
         // A match that only the prompt holds is no answer copy.
-        let mut d = Drafter::new(None, cfg(true));
+        let mut d = Drafter::new(None, cfg(Context::Answer));
         d.begin(0, &prompt);
         assert_eq!(d.propose(0, &[1, 2, 3, 4, 5, 6, 0, 9, 4], 5, 3, 0, &mut out), 0, "{out:?}");
     }
@@ -913,7 +913,7 @@ mod tests {
                 let last = toks.pop().unwrap();
                 (toks, last)
             };
-            let mut d = Drafter::new(None, DrafterConfig { adaptive: false, use_context: !predicted, ..DrafterConfig::default() });
+            let mut d = Drafter::new(None, DrafterConfig { adaptive: false, context: if predicted { Context::Off } else { Context::All }, ..DrafterConfig::default() });
             d.begin(0, &prompt);
             if predicted {
                 d.predict(0, &code);
@@ -1150,7 +1150,7 @@ mod tests {
     fn miss_buffer_is_bounded() {
         let cfg = DrafterConfig {
             miss_capacity: 1,
-            use_context: false,
+            context: Context::Off,
             ..eager(1)
         };
         let mut d = Drafter::new(Some(index(vec![lit(&[1], 2, 5)])), cfg);
@@ -1209,7 +1209,7 @@ mod tests {
         // and the control alone (no gate).
         let cfg = DrafterConfig {
             probe_every: 4,
-            use_context: false,
+            context: Context::Off,
             gate: None,
             ..DrafterConfig::default()
         };
@@ -1293,7 +1293,7 @@ mod tests {
     #[test]
     fn with_several_slots_the_gate_counts_plain_steps() {
         assert_eq!(DrafterConfig::default().gate_clock(), Clock::Wall, "a sequence alone: wall time");
-        let cfg = DrafterConfig { n_seq: 4, use_context: false, ..DrafterConfig::default() };
+        let cfg = DrafterConfig { n_seq: 4, context: Context::Off, ..DrafterConfig::default() };
         assert_eq!(cfg.gate_clock(), Clock::PlainSteps);
         assert_eq!(DrafterConfig { layout: Some(Layout::OnePass), ..cfg.clone() }.gate_clock(), Clock::Wall, "vLLM's steps");
         // Four slots, two of them generating only every other stretch of 20 steps, nothing to draft: a step of n
@@ -1330,7 +1330,7 @@ mod tests {
         // was): the pack predicts t → t + 1, the target agrees every other step, verify costs as much per
         // token as a plain step. Drafting then yields 1.5 tokens per two steps' time; the gate measures it.
         let entries = (0..10).map(|t| lit(&[t], ((t + 1) % 10) as u32, 5)).collect();
-        let cfg = DrafterConfig { use_context: false, min_gain: -0.5, probe_every: 1, ..DrafterConfig::default() };
+        let cfg = DrafterConfig { context: Context::Off, min_gain: -0.5, probe_every: 1, ..DrafterConfig::default() };
         let mut d = Drafter::new(Some(index(entries)), cfg);
         d.begin(0, &[0]);
         let mut sim = Sim { toks: vec![0], last: 1, now: 0, out: Vec::new() };

@@ -11,7 +11,7 @@ use crate::draft::model::{ModelDraftConfig, ModelDrafter};
 use crate::draft::syntax::TokenTexts;
 use crate::draft::gate::{Clock, GateConfig};
 use crate::draft::step::Layout;
-use crate::draft::{Drafter, DrafterConfig, Miss, Stats, TokenSource};
+use crate::draft::{Context, Drafter, DrafterConfig, Miss, Stats, TokenSource};
 use crate::head::HeadDevice;
 use crate::index::Index;
 use crate::live::{Live, LiveConfig};
@@ -47,9 +47,7 @@ pub struct EngineConfig {
     /// The miss log stops growing at this size.
     pub miss_log_cap: u64,
     /// Also draft from the request itself: copies of its text (prompt + history), the keys its prompt lists.
-    pub use_context: bool,
-    /// With `use_context` off, still copy what the answer itself wrote (`context=answer`).
-    pub copy_answer: bool,
+    pub context: Context,
     /// A draft model (same tokenizer as the target) consulted where the pack and n-grams have nothing.
     pub draft: Option<DraftChoice>,
     /// KV cells and threads of the draft model's context (the plugin copies the target's).
@@ -117,8 +115,7 @@ impl Default for EngineConfig {
             pack: None,
             miss_log: None,
             miss_log_cap: MISS_LOG_CAP,
-            use_context: true,
-            copy_answer: false,
+            context: Context::All,
             draft: None,
             n_ctx: 4096,
             n_threads: 0,
@@ -246,8 +243,8 @@ impl EngineConfig {
                         _ => return Err(EngineError::Arg(format!("--spec-plugin-arg: kv={v} is not auto, split or unified"))),
                     }
                 }
-                Some(("context", "answer")) => (cfg.use_context, cfg.copy_answer) = (false, true),
-                Some(("context", v)) => (cfg.use_context, cfg.copy_answer) = (parse_bool(v)?, false),
+                Some(("context", "answer")) => cfg.context = Context::Answer,
+                Some(("context", v)) => cfg.context = if parse_bool(v)? { Context::All } else { Context::Off },
                 Some(("gate", v)) => {
                     (cfg.gate, cfg.gate_clock) = match v {
                         "auto" => (true, None),
@@ -416,8 +413,7 @@ impl Engine {
             adaptive: cfg.adaptive,
             shared_min_gain: cfg.shared_gain,
             layout: cfg.layout,
-            use_context: cfg.use_context,
-            copy_answer: cfg.copy_answer,
+            context: cfg.context,
             gate: cfg.gate.then_some(GateConfig { clock: cfg.gate_clock, min_steps: cfg.gate_steps, ..GateConfig::default() }),
             ..DrafterConfig::default()
         };
@@ -704,10 +700,9 @@ mod tests {
         assert_eq!((c.gate_steps, EngineConfig::from_plugin_arg("gate_steps=1", "").unwrap().gate_steps), (24, 1));
         let e = EngineConfig::from_plugin_arg("gate_steps=many", "").unwrap_err().to_string();
         assert!(e.contains("gate_steps=many is not a number of steps"), "{e}");
-        assert_eq!((c.use_context, c.copy_answer), (true, false));
-        for (v, want) in [("answer", (false, true)), ("0", (false, false)), ("on", (true, false))] {
-            let g = EngineConfig::from_plugin_arg(&format!("context={v}"), "").unwrap();
-            assert_eq!((g.use_context, g.copy_answer), want, "context={v}");
+        assert_eq!(c.context, Context::All);
+        for (v, want) in [("answer", Context::Answer), ("0", Context::Off), ("on", Context::All)] {
+            assert_eq!(EngineConfig::from_plugin_arg(&format!("context={v}"), "").unwrap().context, want, "context={v}");
         }
         let c = EngineConfig::from_plugin_arg("/x.recipes.json", "").unwrap();
         assert_eq!(c.pack.as_deref(), Some(Path::new("/x.recipes.json")));

@@ -10,7 +10,7 @@ use crate::draft::context::ContextIndex;
 use crate::draft::enumeration::Enumerations;
 use crate::draft::rewrite::Rewrites;
 use crate::draft::syntax::{Answer, TokenTexts};
-use crate::draft::{copied_token, next_key, Drafter, DrafterConfig};
+use crate::draft::{copied_token, next_key, Context, Drafter, DrafterConfig};
 use crate::index::Index;
 
 mod ngram_simple;
@@ -171,7 +171,7 @@ pub fn oracle(
                 }
             }
             let pack = index.and_then(|ix| cfg.recipe(ix, &hist)).is_some_and(|h| h.token == t);
-            let copy = cfg.use_context
+            let copy = cfg.context == Context::All
                 && copied_token(&ctx, &rewrites, cfg.ctx_min_n) == Some(t)
                 && !texts.is_some_and(|tx| tx.is_control(t));
             // A listed key is proposed token by token while the answer spells it.

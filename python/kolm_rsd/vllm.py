@@ -140,9 +140,9 @@ class Proposer:
         rows, prefilled = [], False
         for i, sampled in enumerate(sampled_token_ids):
             n = int(num_tokens_no_spec[i])
-            # A request with no token this step had a chunk of its prompt prefilled (vLLM clears what it sampled).
-            prefilled |= not len(sampled) and n >= 1
             if not len(sampled) or n < 1:
+                # A request with no token this step had a chunk of its prompt prefilled (vLLM clears what it sampled).
+                prefilled |= n >= 1
                 continue
             tokens = np.asarray(token_ids_cpu[i, :n], dtype=np.int32)
             head, before = tokens[:_HEAD].tobytes(), n - len(sampled)

@@ -5,6 +5,7 @@
 use crate::error::{engine_error, KolmRsdError};
 use crate::tokens::{token_ids, token_texts, views};
 use kolm_rsd::draft::step::Layout;
+use kolm_rsd::draft::Context;
 use kolm_rsd::engine::{Engine, EngineConfig, LiveChoice, MISS_LOG_CAP, SHARED_GAIN_RANGE};
 use kolm_rsd::ffi::api::KolmRsdStats;
 use pyo3::exceptions::PyValueError;
@@ -75,7 +76,7 @@ impl Drafter {
         let control: HashSet<i32> = control_tokens.unwrap_or_default().into_iter().collect();
         let live = if live { LiveChoice::Memory } else { LiveChoice::Off };
         let layout = one_pass.then_some(Layout::OnePass);
-        let cfg = EngineConfig { n_seq, n_max, adaptive, shared_gain, layout, use_context: context, live, pack, miss_log, miss_log_cap, step_log, ..EngineConfig::default() };
+        let cfg = EngineConfig { n_seq, n_max, adaptive, shared_gain, layout, context: if context { Context::All } else { Context::Off }, live, pack, miss_log, miss_log_cap, step_log, ..EngineConfig::default() };
         let engine = py.detach(|| Engine::from_texts(&views(&texts), |t| control.contains(&t), cfg)).map_err(engine_error)?;
         Ok(Drafter::wrap(engine))
     }

@@ -3,7 +3,7 @@
 
 use super::CliResult;
 use kolm_rsd::draft::control::{BetaModel, DEFAULT_BETA_PRIOR, INVARIANT_DRAFT};
-use kolm_rsd::draft::{Drafter, DrafterConfig};
+use kolm_rsd::draft::{Context, Drafter, DrafterConfig};
 use kolm_rsd::llama::{self, Model, ModelOptions};
 use kolm_rsd::replay::{oracle, replay, NgramSimple, Recorded, Replayed};
 use kolm_rsd::live::{Live, LiveConfig};
@@ -106,7 +106,12 @@ pub fn run(a: &ReplayArgs) -> CliResult {
     println!("\n| clock | speedup | tokens per pass | drafted | accepted | α | per prompt |\n|---|---:|---:|---:|---:|---:|---|");
     let vocab = vocab::token_texts(&model);
     let index = pack.as_deref().map(|p| engine::load_index(p, &vocab)).transpose()?;
-    let cfg = DrafterConfig { use_context: a.context == "on", copy_answer: a.context == "answer", ..DrafterConfig::default() };
+    let context = match a.context.as_str() {
+        "off" => Context::Off,
+        "answer" => Context::Answer,
+        _ => Context::All,
+    };
+    let cfg = DrafterConfig { context, ..DrafterConfig::default() };
     let texts = vocab::drafter_texts(&model, &vocab);
     let row = |name: &str, (each, t): (Vec<Replayed>, Replayed)| {
         let per: Vec<String> = each.iter().map(|r| format!("{:.2}", r.speedup())).collect();

@@ -2,7 +2,7 @@
 //! (its [`Class`]) each rests on.
 
 use super::class::{Class, N_CLASSES};
-use super::config::DrafterConfig;
+use super::config::{Context, DrafterConfig};
 use super::context::{ContextIndex, Copy, MAX_MATCH};
 use super::control::{may_pay_more, Rates, Verify};
 use super::enumeration::Enumerations;
@@ -56,7 +56,7 @@ pub(super) fn build_chain(
             break;
         }
         let place = lex.place();
-        if let (None, true, Some(texts), Some(opener)) = (listed, cfg.use_context, texts, lex.key_start()) {
+        if let (None, true, Some(texts), Some(opener)) = (listed, cfg.context == Context::All, texts, lex.key_start()) {
             let rev = s.chain.iter().zip(&s.chain_lex).rev().map(|(&(t, _), &l)| (l, texts.get(t)));
             let rev = rev.chain(s.answer.rev(texts, s.ctx.tokens()));
             listed = next_key(&s.enums, rev, lex.depth(), opener, &mut s.key).map(|k| (k, 0));
@@ -70,8 +70,7 @@ pub(super) fn build_chain(
             Some((h.token, Class::live(h.kind, h.count, h.confidence(), place)))
         });
         if copy.is_none() {
-            let own = if cfg.use_context { Own::All } else if cfg.copy_answer { Own::Answer } else { Own::Off };
-            copy = Copying::find(&s.ctx, s.pred.index(), &s.rewrites, &s.scratch[keep..], cfg.ctx_min_n, own, s.answer.start());
+            copy = Copying::find(&s.ctx, s.pred.index(), &s.rewrites, &s.scratch[keep..], cfg.ctx_min_n, cfg.context, s.answer.start());
         }
         // A copy never proposes a control token: in the prompt those are the chat template's markers, which
         // the answer does not repeat (on HumanEval the copy of a docstring ran on into `<|im_end|>`).
@@ -166,15 +165,6 @@ impl<'a> Lookups<'a> {
     }
 }
 
-/// What of the request's own text a copy may copy.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Own {
-    Off,
-    /// What the answer wrote, not the prompt.
-    Answer,
-    All,
-}
-
 /// A copy being drafted, from the text it copies: the request's own or its prediction. A copy proposes,
 /// where it reaches a span the answer rewrote before, the answer's version ([`Rewrites`]) and runs on after
 /// the span.
@@ -198,7 +188,7 @@ impl<'a> Copying<'a> {
     /// it is or, where the history ends in an answer's rewrite, as the text that rewrite replaced; the
     /// prediction on a tie, as it is the caller's word on this very answer. The answer starts at
     /// `answer_start` of the mirror.
-    fn find(own: &'a ContextIndex, pred: Option<&'a ContextIndex>, rules: &'a Rewrites, drafted: &[i32], min_n: usize, use_own: Own, answer_start: usize) -> Option<Copying<'a>> {
+    fn find(own: &'a ContextIndex, pred: Option<&'a ContextIndex>, rules: &'a Rewrites, drafted: &[i32], min_n: usize, use_own: Context, answer_start: usize) -> Option<Copying<'a>> {
         let hist = own.tokens();
         let base = |from, at, predicted| Copying { from, at, predicted, answer_start, rules, rewriting: None };
         let copy = |from: &'a ContextIndex, at, predicted| base(from, at, predicted).rewrite();
@@ -206,9 +196,9 @@ impl<'a> Copying<'a> {
         let p = longer(p, pred.and_then(|ix| Copying::undone(base(ix, Copy::default(), true), hist, drafted, min_n)));
         // Rewrites of the own text are tracked against the prompt, which an answer-only copy does not read.
         let o = match use_own {
-            Own::Off => None,
-            Own::Answer => own.find_from(drafted, min_n, answer_start).and_then(|at| copy(own, at, false)),
-            Own::All => longer(
+            Context::Off => None,
+            Context::Answer => own.find_from(drafted, min_n, answer_start).and_then(|at| copy(own, at, false)),
+            Context::All => longer(
                 own.find(drafted, min_n).and_then(|at| copy(own, at, false)),
                 Copying::undone(base(own, Copy::default(), false), hist, drafted, min_n),
             ),
@@ -289,7 +279,7 @@ fn longer<'a>(plain: Option<Copying<'a>>, undone: Option<Copying<'a>>) -> Option
 /// a chain's first token would: the replay's oracle asks it at every position (for the token only, so where the
 /// answer starts, which only a copy's class reads, is not given).
 pub fn copied_token(ctx: &ContextIndex, rewrites: &Rewrites, min_n: usize) -> Option<i32> {
-    Copying::find(ctx, None, rewrites, &[], min_n, Own::All, 0).map(Copying::token)
+    Copying::find(ctx, None, rewrites, &[], min_n, Context::All, 0).map(Copying::token)
 }
 
 /// Acceptance expected of `c` on a sequence with `rates`: its own counts shrunk towards those all sequences

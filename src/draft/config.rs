@@ -6,6 +6,18 @@ use super::step::Layout;
 use super::gate::{Clock, GateConfig};
 use crate::index::{Hit, Index};
 
+/// What of the request's own text the drafter copies (the plugin's `context=1|answer|0`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Context {
+    /// None: the pack, the live index, a prediction and a draft model only.
+    Off,
+    /// What the answer wrote, not the prompt: a request whose prompt lacks the text it edits, with the text given
+    /// as its prediction, has these.
+    Answer,
+    /// Copies of the prompt and the answer, and the keys the prompt's lists name.
+    All,
+}
+
 /// Tuning of the drafter; `Default` is what the plugin uses.
 #[derive(Clone, Debug)]
 pub struct DrafterConfig {
@@ -65,12 +77,8 @@ pub struct DrafterConfig {
     /// Break-even control on; off drafts the whole chain found at every step (tests, benchmarks of
     /// acceptance).
     pub adaptive: bool,
-    /// Draft from the request itself where the pack has nothing: copies of its text and the keys its prompt's
-    /// lists name (off: the pack, the live index and a draft model only).
-    pub use_context: bool,
-    /// With `use_context` off, copies of what the answer itself wrote are still drafted (not of the prompt): a
-    /// request whose prompt lacks the text it edits, with the text given as its prediction, has these.
-    pub copy_answer: bool,
+    /// What of the request itself is drafted from where the pack has nothing.
+    pub context: Context,
     /// The measured on/off gate over the control (used while `adaptive`; None: the control alone decides).
     pub gate: Option<GateConfig>,
 }
@@ -125,8 +133,7 @@ impl Default for DrafterConfig {
             shared_min_gain: 0.05,
             layout: None,
             adaptive: true,
-            use_context: true,
-            copy_answer: false,
+            context: Context::All,
             gate: Some(GateConfig::default()),
         }
     }
