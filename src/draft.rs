@@ -61,6 +61,16 @@ pub trait TokenSource: Send {
     fn summary(&self) -> String;
 }
 
+/// One token of the chain a sequence's last `propose` built, drafted or not: the token, the evidence it rests on
+/// and the acceptance the control expected of it. A trace of the drafter's decisions sets these against what
+/// the target then wrote (`kolm-rsd replay --trace`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Proposed {
+    pub token: i32,
+    pub class: Class,
+    pub p: f32,
+}
+
 /// Drafter for `n_seq` sequences sharing one pack, one β model and a global acceptance prior.
 pub struct Drafter {
     cfg: DrafterConfig,
@@ -319,6 +329,7 @@ impl Drafter {
 
         let n_max = n_max.min(cfg.max_draft);
         if n_max == 0 {
+            s.chain.clear();
             self.rounds.record(seq, 1, 1.0);
             return 0;
         }
@@ -483,6 +494,14 @@ impl Drafter {
     /// Moves the recorded misses into `out`.
     pub fn drain_misses(&mut self, out: &mut Vec<Miss>) {
         out.extend(self.misses.drain(..));
+    }
+
+    /// The chain `seq`'s last `propose` built (longer than its draft where the control cut it), with the
+    /// estimates it was judged by: read before `accept`, which moves them.
+    pub fn last_chain(&self, seq: usize) -> Vec<Proposed> {
+        let Some(s) = self.seqs.get(seq) else { return Vec::new() };
+        let p = |c| estimate(&self.cfg, &self.global, &s.rates, c);
+        s.chain.iter().map(|&(token, class)| Proposed { token, class, p: p(class) }).collect()
     }
 
     /// Counters of one sequence, with its acceptance estimate and the shared β table.

@@ -10,7 +10,7 @@ use crate::draft::context::ContextIndex;
 use crate::draft::enumeration::Enumerations;
 use crate::draft::rewrite::Rewrites;
 use crate::draft::syntax::{Answer, TokenTexts};
-use crate::draft::{copied_token, next_key, Context, Drafter, DrafterConfig};
+use crate::draft::{copied_token, next_key, Context, Drafter, DrafterConfig, Proposed};
 use crate::index::Index;
 
 mod ngram_simple;
@@ -70,6 +70,10 @@ pub trait Proposer {
     fn propose(&mut self, hist: &[i32], last: i32, n_max: usize, now_ns: u64, out: &mut Vec<i32>) -> usize;
     /// The target kept the first `n` drafted tokens.
     fn accept(&mut self, n: usize);
+    /// The tokens the last `propose` looked at, drafted or not, with their evidence (none for a baseline).
+    fn last_chain(&self) -> Vec<Proposed> {
+        Vec::new()
+    }
 }
 
 impl Proposer for Drafter {
@@ -85,17 +89,46 @@ impl Proposer for Drafter {
     fn accept(&mut self, n: usize) {
         Drafter::accept(self, 0, n);
     }
+    fn last_chain(&self) -> Vec<Proposed> {
+        Drafter::last_chain(self, 0)
+    }
+}
+
+/// One verify step of a replay, for a trace of the drafter's decisions.
+#[derive(Clone, Debug)]
+pub struct Step {
+    /// Index of the recording, and the tokens before the step (prompt and answer, with the one just sampled).
+    pub run: usize,
+    pub position: usize,
+    pub drafted: usize,
+    pub accepted: usize,
+    /// The chain the drafter built (longer than the draft where the control cut it), and how many of its first
+    /// tokens the recording has next: where `right` exceeds `drafted` a longer draft would have been kept.
+    pub chain: Vec<Proposed>,
+    pub right: usize,
 }
 
 /// Serves `runs` in order to `d`, drafting at most `n_max` tokens a step; a pass verifying m tokens costs
 /// `beta(m)` plain steps of `unit_ns` each on the drafter's clock. Returns each run's measurement and
 /// their sum.
 pub fn replay(d: &mut impl Proposer, runs: &[Recorded], n_max: usize, beta: impl Fn(usize) -> f64, unit_ns: f64) -> (Vec<Replayed>, Replayed) {
+    replay_traced(d, runs, n_max, beta, unit_ns, |_| {})
+}
+
+/// [`replay`], showing `trace` every step.
+pub fn replay_traced(
+    d: &mut impl Proposer,
+    runs: &[Recorded],
+    n_max: usize,
+    beta: impl Fn(usize) -> f64,
+    unit_ns: f64,
+    mut trace: impl FnMut(Step),
+) -> (Vec<Replayed>, Replayed) {
     let mut now = 0u64;
     let mut total = Replayed::default();
     let mut each = Vec::with_capacity(runs.len());
     let mut draft = Vec::new();
-    for r in runs {
+    for (run, r) in runs.iter().enumerate() {
         let mut m = Replayed::default();
         let Some((&first, rest)) = r.output.split_first() else {
             each.push(m);
@@ -109,6 +142,9 @@ pub fn replay(d: &mut impl Proposer, runs: &[Recorded], n_max: usize, beta: impl
             // llama-server never verifies past the request's remaining tokens.
             let g = d.propose(&hist, last, n_max.min(rest.len() - i), now, &mut draft);
             let acc = draft.iter().zip(&rest[i..]).take_while(|(a, b)| a == b).count();
+            let chain = d.last_chain();
+            let right = chain.iter().zip(&rest[i..]).take_while(|(c, &t)| c.token == t).count();
+            trace(Step { run, position: hist.len() + 1, drafted: g, accepted: acc, chain, right });
             d.accept(acc);
             let cost = beta(g + 1);
             now += (cost * unit_ns) as u64;
@@ -246,6 +282,32 @@ mod tests {
         let flat = [Recorded { prompt: vec![1, 2, 3], output: (10..30).collect(), ..Recorded::default() }];
         let o = oracle(None, None, &cfg, &flat, 15, |_| 1.0);
         assert_eq!((o.passes, o.drafted, o.tokens), (19, 0, 19));
+    }
+
+    #[test]
+    fn a_trace_shows_every_step_and_the_chain_behind_its_draft() {
+        let mut d = Drafter::new(None, DrafterConfig::default());
+        let runs = [copying(), copying()];
+        let mut steps = Vec::new();
+        let (_, total) = replay_traced(&mut d, &runs, 15, |m| 1.0 + 0.3 * (m - 1) as f64, 1e6, |s| steps.push(s));
+        assert_eq!(steps.len(), total.passes);
+        assert_eq!(steps.iter().map(|s| s.accepted).sum::<usize>(), total.accepted);
+        assert_eq!(steps.iter().map(|s| s.drafted).sum::<usize>(), total.drafted);
+        assert!(steps.iter().all(|s| s.chain.len() >= s.drafted && s.right >= s.accepted && s.right.min(s.drafted) == s.accepted), "{steps:?}");
+        assert!(steps.iter().all(|s| s.chain.iter().all(|c| (0.0..=1.0).contains(&c.p))));
+        // The second recording starts where the first ended, each at the prompt's end (the first token sampled).
+        let starts: Vec<usize> = steps.iter().filter(|s| s.position == runs[0].prompt.len() + 1).map(|s| s.run).collect();
+        assert_eq!(starts, [0, 1]);
+        // The passage is copied: most steps draft, and their chains rest on copies.
+        assert!(steps.iter().filter(|s| s.drafted > 0).count() * 2 > steps.len(), "{steps:?}");
+        // A baseline shows its steps with no chain.
+        let mut n = NgramSimple::DEFAULT;
+        let mut count = 0;
+        replay_traced(&mut n, &runs, 15, |_| 1.0, 1e6, |s| {
+            assert!(s.chain.is_empty() && s.right == 0);
+            count += 1;
+        });
+        assert!(count > 0);
     }
 
     #[test]

@@ -5,13 +5,14 @@ use super::CliResult;
 use kolm_rsd::draft::control::{BetaModel, DEFAULT_BETA_PRIOR, INVARIANT_DRAFT};
 use kolm_rsd::draft::{Context, Drafter, DrafterConfig};
 use kolm_rsd::llama::{self, Model, ModelOptions};
-use kolm_rsd::replay::{oracle, replay, NgramSimple, Recorded, Replayed};
+use kolm_rsd::replay::{oracle, replay, replay_traced, NgramSimple, Recorded, Replayed, Step};
 use kolm_rsd::live::{Live, LiveConfig};
 use kolm_rsd::pack::MAX_N;
 use kolm_rsd::shape::ShapeTable;
 use kolm_rsd::teacher::Teacher;
 use kolm_rsd::{compile, engine, vocab, workload};
-use std::path::PathBuf;
+use std::io::Write;
+use std::path::{Path, PathBuf};
 
 #[derive(clap::Args)]
 pub struct ReplayArgs {
@@ -46,6 +47,11 @@ pub struct ReplayArgs {
     /// the same recordings).
     #[arg(long, value_name = "LITERAL,SHAPE", default_value = "8,6", value_parser = context_lengths)]
     live_n: Vec<(usize, usize)>,
+    /// Write the first row's steps to this file (tab-separated: recording, position, drafted, accepted, how
+    /// many of the chain's first tokens the recording has next, and the chain: each token's evidence and the
+    /// acceptance expected of it, `|` where the draft ended), and sum up where the drafter and its chain part.
+    #[arg(long, value_name = "FILE")]
+    trace: Option<PathBuf>,
 }
 
 fn context_lengths(v: &str) -> Result<(usize, usize), String> {
@@ -56,6 +62,8 @@ fn context_lengths(v: &str) -> Result<(usize, usize), String> {
 }
 
 pub fn run(a: &ReplayArgs) -> CliResult {
+    // Before the recording, which takes minutes: a trace that cannot be written fails at once.
+    let mut trace = a.trace.as_deref().map(Trace::create).transpose()?;
     let model = Model::load(&a.model, &ModelOptions::default())?;
     let pack = match a.pack.as_deref() {
         Some("off") => None,
@@ -128,6 +136,7 @@ pub fn run(a: &ReplayArgs) -> CliResult {
     // Rows per clock: the drafter without a live index, or with one per --live-n.
     let shapes = a.live.map(|_| ShapeTable::from_token_texts(&vocab));
     let lives: Vec<Option<(usize, usize)>> = if a.live.is_some() { a.live_n.iter().copied().map(Some).collect() } else { vec![None] };
+    let mut traced = None;
     for (name, beta) in clocks {
         for lengths in &lives {
             let mut d = Drafter::new(index.clone(), cfg.clone()).with_texts(texts.clone());
@@ -138,7 +147,13 @@ pub fn run(a: &ReplayArgs) -> CliResult {
                 replay(&mut d, &warm, INVARIANT_DRAFT, beta, 1e6);
                 label += &format!(", live contexts up to {literal} literal / {shape} shape");
             }
-            row(&label, replay(&mut d, &runs, INVARIANT_DRAFT, beta, 1e6));
+            match trace.as_mut() {
+                Some(t) => row(&label, replay_traced(&mut d, &runs, INVARIANT_DRAFT, beta, 1e6, |s| t.step(s, beta))),
+                None => row(&label, replay(&mut d, &runs, INVARIANT_DRAFT, beta, 1e6)),
+            }
+            if let Some(t) = trace.take() {
+                traced = Some(t.finish()?);
+            }
         }
         // Upstream verifies its whole m-gram, split into calls as patch 0004 does; the clock prices that.
         let mut baseline = NgramSimple::DEFAULT;
@@ -156,5 +171,85 @@ pub fn run(a: &ReplayArgs) -> CliResult {
             o.accepted
         );
     }
+    if let Some(summary) = traced {
+        println!("\n{summary}");
+    }
     Ok(())
+}
+
+/// A replay's steps written as they come, and the sums of where the drafter's drafts and its chains part.
+struct Trace<'p> {
+    path: &'p Path,
+    out: std::io::BufWriter<std::fs::File>,
+    error: Option<std::io::Error>,
+    steps: usize,
+    /// Steps that drafted nothing where the chain's first token was right, and the right tokens they held.
+    declined: (usize, usize),
+    /// Steps that drafted fewer tokens than the chain had right, and how many fewer (the chain may run on).
+    short: (usize, usize),
+    /// Drafts with a token past the right run, and those tokens.
+    wasted: (usize, usize),
+    /// Verify cost (plain steps) of the whole run, and of the tokens past the right runs.
+    cost: f64,
+    wasted_cost: f64,
+}
+
+impl<'p> Trace<'p> {
+    fn create(path: &'p Path) -> Result<Trace<'p>, String> {
+        let file = std::fs::File::create(path).map_err(|e| format!("{}: cannot write the trace: {e}", path.display()))?;
+        let mut t = Trace { path, out: std::io::BufWriter::new(file), error: None, steps: 0, declined: (0, 0), short: (0, 0), wasted: (0, 0), cost: 0.0, wasted_cost: 0.0 };
+        t.write(format_args!("recording\tposition\tdrafted\taccepted\tright\tchain\n"));
+        Ok(t)
+    }
+
+    fn write(&mut self, line: std::fmt::Arguments) {
+        if self.error.is_none() {
+            self.error = self.out.write_fmt(line).err();
+        }
+    }
+
+    /// One step, on the clock `beta`.
+    fn step(&mut self, s: Step, beta: &dyn Fn(usize) -> f64) {
+        self.steps += 1;
+        self.cost += beta(s.drafted + 1);
+        let add = |(n, k): &mut (usize, usize), x: usize| (*n, *k) = (*n + 1, *k + x);
+        match (s.drafted, s.right) {
+            (0, r) if r > 0 => add(&mut self.declined, r),
+            (g, r) if g > 0 && g < r => add(&mut self.short, r - g),
+            (g, r) if g > r => {
+                add(&mut self.wasted, g - r);
+                self.wasted_cost += beta(g + 1) - beta(r + 1);
+            }
+            _ => {}
+        }
+        let chain: Vec<String> = s
+            .chain
+            .iter()
+            .enumerate()
+            .map(|(i, c)| format!("{}{} {:.2}", if i == s.drafted && i > 0 { "| " } else { "" }, c.class.label(), c.p))
+            .collect();
+        self.write(format_args!("{}\t{}\t{}\t{}\t{}\t{}\n", s.run, s.position, s.drafted, s.accepted, s.right, chain.join("; ")));
+    }
+
+    /// Flushes the file; returns the sums, to print below the table.
+    fn finish(mut self) -> Result<String, String> {
+        let flushed = self.out.flush();
+        if let Some(e) = self.error.take().or(flushed.err()) {
+            return Err(format!("{}: cannot write the trace: {e}", self.path.display()));
+        }
+        Ok(format!(
+            "trace of the first row: {} ({} steps). Declined where the chain's first token was right: {} steps ({} right tokens); \
+             drafted fewer than the chain had right: {} steps ({} tokens); drafted past the right run: {} drafts ({} tokens, {:.1} plain steps of verify cost, {:.1}% of the run's)",
+            self.path.display(),
+            self.steps,
+            self.declined.0,
+            self.declined.1,
+            self.short.0,
+            self.short.1,
+            self.wasted.0,
+            self.wasted.1,
+            self.wasted_cost,
+            100.0 * self.wasted_cost / self.cost.max(1e-9)
+        ))
+    }
 }

@@ -155,6 +155,31 @@ impl Class {
         usize::from(self.0)
     }
 
+    /// A short name of the kind and the place, as `copy 9-12 @value` (for traces of the drafter's decisions).
+    pub fn label(self) -> String {
+        const STRENGTH: [&str; 3] = ["strong", "middle", "weak"];
+        let edge = |b: usize| match COPY_EDGES.get(b + 1) {
+            Some(&next) if next - COPY_EDGES[b] > 1 => format!("{}-{}", COPY_EDGES[b], next - 1),
+            Some(_) => COPY_EDGES[b].to_string(),
+            None => format!("{}+", COPY_EDGES[b]),
+        };
+        let k = self.index() % N_KINDS;
+        let kind = match k {
+            0..=5 => format!("{} {}", if k < 3 { "literal" } else { "shape" }, STRENGTH[k % 3]),
+            LIVE..COPY => format!("live {} {}", if k - LIVE < 3 { "literal" } else { "shape" }, STRENGTH[(k - LIVE) % 3]),
+            ONE_TOKEN => "copy 1".into(),
+            LISTED => "listed".into(),
+            AGREED => "agreed".into(),
+            REWRITE => "rewrite".into(),
+            MODEL => "model".into(),
+            _ if k >= ANSWER => format!("answer's copy {}", edge(k - ANSWER)),
+            _ if k >= COPY + COPY_EDGES.len() => format!("ambiguous copy {}", edge(k - COPY - COPY_EDGES.len())),
+            _ => format!("copy {}", edge(k - COPY)),
+        };
+        let place = ["code", "key", "value"][self.index() / N_KINDS];
+        format!("{kind} @{place}")
+    }
+
     pub fn source(self) -> Source {
         match self.index() % N_KINDS {
             0..=2 => Source::Literal,
@@ -219,6 +244,19 @@ mod tests {
             assert_eq!(Class::model(place).source(), Source::Model);
         }
         assert_eq!(seen.len(), N_CLASSES, "every class is reachable");
+    }
+
+    #[test]
+    fn every_class_has_a_label_of_its_own() {
+        let labels: std::collections::HashSet<String> = (0..N_CLASSES).map(|i| Class(i as u8).label()).collect();
+        assert_eq!(labels.len(), N_CLASSES);
+        assert_eq!(Class::copy(10, false, false, Place::Value).label(), "copy 9-12 @value");
+        assert_eq!(Class::copy(3, true, false, Place::Code).label(), "ambiguous copy 3 @code");
+        assert_eq!(Class::copy(30, false, true, Place::Code).label(), "copy 21+ @code");
+        assert_eq!(Class::copy(7, false, true, Place::Key).label(), "answer's copy 6-8 @key");
+        assert_eq!(Class::pack(EntryKind::Shape, 2, 0.8, Place::Key).label(), "shape middle @key");
+        assert_eq!(Class::live(EntryKind::Literal, 9, 1.0, Place::Code).label(), "live literal strong @code");
+        assert_eq!(Class::model(Place::Value).label(), "model @value");
     }
 
     #[test]

@@ -1,0 +1,75 @@
+//! `kolm-rsd replay` on the real test model: its rows, and a trace of the drafter's steps that adds up to the row
+//! it traces.
+
+mod common;
+
+use std::process::Command;
+
+fn replay(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_kolm-rsd")).arg("replay").args(args).output().unwrap()
+}
+
+#[test]
+fn a_trace_has_a_line_per_step_of_the_first_row_and_sums_up_where_drafts_and_chains_part() {
+    let model = common::smol();
+    let dir = common::scratch("replay-trace");
+    let trace = dir.join("steps.tsv");
+    let out = replay(&[
+        "--model",
+        model.to_str().unwrap(),
+        "--pack",
+        "off",
+        "--workload",
+        "code-edit",
+        "--prompts",
+        "2",
+        "--tokens",
+        "48",
+        "--trace",
+        trace.to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    // The first row: this CPU's clock, the drafter; its drafted and accepted tokens are the trace's sums.
+    let row = stdout.lines().find(|l| l.starts_with("| this CPU")).unwrap_or_else(|| panic!("{stdout}"));
+    let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+    let (drafted, accepted): (usize, usize) = (cells[4].parse().unwrap(), cells[5].parse().unwrap());
+
+    let text = std::fs::read_to_string(&trace).unwrap();
+    let mut lines = text.lines();
+    assert_eq!(lines.next(), Some("recording\tposition\tdrafted\taccepted\tright\tchain"));
+    let steps: Vec<Vec<&str>> = lines.map(|l| l.split('\t').collect()).collect();
+    assert!(steps.iter().all(|s| s.len() == 6), "{text}");
+    let num = |s: &Vec<&str>, i: usize| s[i].parse::<usize>().unwrap();
+    assert_eq!(steps.iter().map(|s| num(s, 2)).sum::<usize>(), drafted, "{text}");
+    assert_eq!(steps.iter().map(|s| num(s, 3)).sum::<usize>(), accepted, "{text}");
+    assert!(drafted > 0, "code edits copy their code: {stdout}");
+    for s in &steps {
+        let (g, acc, right) = (num(s, 2), num(s, 3), num(s, 4));
+        let chain: Vec<&str> = if s[5].is_empty() { vec![] } else { s[5].split("; ").collect() };
+        assert!(chain.len() >= g && right <= chain.len() && right.min(g) == acc, "{s:?}");
+        // Each token's evidence and expected acceptance, the draft's end marked where the chain runs on.
+        for (i, c) in chain.iter().enumerate() {
+            let (label, p) = c.rsplit_once(' ').unwrap();
+            assert!(p.parse::<f32>().is_ok_and(|p| (0.0..=1.0).contains(&p)) && label.contains(" @"), "{c}");
+            assert_eq!(label.starts_with("| "), i == g && g > 0, "{s:?}");
+        }
+    }
+    assert_eq!(steps.iter().map(|s| num(s, 0)).max(), Some(1), "both recordings");
+    let summary = stdout.lines().find(|l| l.starts_with("trace of the first row")).unwrap_or_else(|| panic!("{stdout}"));
+    assert!(summary.contains(&format!("({} steps)", steps.len())), "{summary}");
+    let wasted: usize = steps.iter().map(|s| num(s, 2).saturating_sub(num(s, 4))).sum();
+    assert!(summary.contains("drafted past the right run: ") && summary.contains(&format!("({wasted} tokens, ")), "{summary}");
+}
+
+#[test]
+fn a_trace_that_cannot_be_written_is_named_before_anything_is_recorded() {
+    let model = common::smol();
+    let dir = common::scratch("replay-trace-bad");
+    let trace = dir.join("no-such-dir").join("steps.tsv");
+    let out = replay(&["--model", model.to_str().unwrap(), "--pack", "off", "--trace", trace.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(&trace.display().to_string()) && err.contains("cannot write the trace"), "{err}");
+    assert!(!err.contains("recording"), "failed before recording: {err}");
+}
