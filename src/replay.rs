@@ -112,7 +112,7 @@ pub struct Step {
 /// `beta(m)` plain steps of `unit_ns` each on the drafter's clock. Returns each run's measurement and
 /// their sum.
 pub fn replay(d: &mut impl Proposer, runs: &[Recorded], n_max: usize, beta: impl Fn(usize) -> f64, unit_ns: f64) -> (Vec<Replayed>, Replayed) {
-    replay_traced(d, runs, n_max, beta, unit_ns, |_| {})
+    replay_with(d, runs, n_max, beta, unit_ns, None)
 }
 
 /// [`replay`], showing `trace` every step.
@@ -123,6 +123,18 @@ pub fn replay_traced(
     beta: impl Fn(usize) -> f64,
     unit_ns: f64,
     mut trace: impl FnMut(Step),
+) -> (Vec<Replayed>, Replayed) {
+    replay_with(d, runs, n_max, beta, unit_ns, Some(&mut trace))
+}
+
+/// The replay loop; the chain behind each draft is read only when traced.
+fn replay_with(
+    d: &mut impl Proposer,
+    runs: &[Recorded],
+    n_max: usize,
+    beta: impl Fn(usize) -> f64,
+    unit_ns: f64,
+    mut trace: Option<&mut dyn FnMut(Step)>,
 ) -> (Vec<Replayed>, Replayed) {
     let mut now = 0u64;
     let mut total = Replayed::default();
@@ -142,9 +154,11 @@ pub fn replay_traced(
             // llama-server never verifies past the request's remaining tokens.
             let g = d.propose(&hist, last, n_max.min(rest.len() - i), now, &mut draft);
             let acc = draft.iter().zip(&rest[i..]).take_while(|(a, b)| a == b).count();
-            let chain = d.last_chain();
-            let right = chain.iter().zip(&rest[i..]).take_while(|(c, &t)| c.token == t).count();
-            trace(Step { run, position: hist.len() + 1, drafted: g, accepted: acc, chain, right });
+            if let Some(trace) = trace.as_mut() {
+                let chain = d.last_chain();
+                let right = chain.iter().zip(&rest[i..]).take_while(|(c, &t)| c.token == t).count();
+                trace(Step { run, position: hist.len() + 1, drafted: g, accepted: acc, chain, right });
+            }
             d.accept(acc);
             let cost = beta(g + 1);
             now += (cost * unit_ns) as u64;
