@@ -314,6 +314,7 @@ mod tests {
         assert_eq!(starts, [0, 1]);
         // The passage is copied: most steps draft, and their chains rest on copies.
         assert!(steps.iter().filter(|s| s.drafted > 0).count() * 2 > steps.len(), "{steps:?}");
+        assert!(steps.iter().flat_map(|s| &s.chain).all(|c| c.class.source() == crate::draft::class::Source::Context), "{steps:?}");
         // A baseline shows its steps with no chain.
         let mut n = NgramSimple::DEFAULT;
         let mut count = 0;

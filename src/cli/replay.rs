@@ -147,12 +147,13 @@ pub fn run(a: &ReplayArgs) -> CliResult {
                 replay(&mut d, &warm, INVARIANT_DRAFT, beta, 1e6);
                 label += &format!(", live contexts up to {literal} literal / {shape} shape");
             }
-            match trace.as_mut() {
-                Some(t) => row(&label, replay_traced(&mut d, &runs, INVARIANT_DRAFT, beta, 1e6, |s| t.step(s, beta))),
+            match trace.take() {
+                Some(mut t) => {
+                    let r = replay_traced(&mut d, &runs, INVARIANT_DRAFT, beta, 1e6, |s| t.step(s, beta));
+                    traced = Some(t.finish(r.1.cost)?);
+                    row(&label, r);
+                }
                 None => row(&label, replay(&mut d, &runs, INVARIANT_DRAFT, beta, 1e6)),
-            }
-            if let Some(t) = trace.take() {
-                traced = Some(t.finish()?);
             }
         }
         // Upstream verifies its whole m-gram, split into calls as patch 0004 does; the clock prices that.
@@ -189,15 +190,14 @@ struct Trace<'p> {
     short: (usize, usize),
     /// Drafts with a token past the right run, and those tokens.
     wasted: (usize, usize),
-    /// Verify cost (plain steps) of the whole run, and of the tokens past the right runs.
-    cost: f64,
+    /// Verify cost (plain steps) of the tokens past the right runs.
     wasted_cost: f64,
 }
 
 impl<'p> Trace<'p> {
     fn create(path: &'p Path) -> Result<Trace<'p>, String> {
         let file = std::fs::File::create(path).map_err(|e| format!("{}: cannot write the trace: {e}", path.display()))?;
-        let mut t = Trace { path, out: std::io::BufWriter::new(file), error: None, steps: 0, declined: (0, 0), short: (0, 0), wasted: (0, 0), cost: 0.0, wasted_cost: 0.0 };
+        let mut t = Trace { path, out: std::io::BufWriter::new(file), error: None, steps: 0, declined: (0, 0), short: (0, 0), wasted: (0, 0), wasted_cost: 0.0 };
         t.write(format_args!("recording\tposition\tdrafted\taccepted\tright\tchain\n"));
         Ok(t)
     }
@@ -211,7 +211,6 @@ impl<'p> Trace<'p> {
     /// One step, on the clock `beta`.
     fn step(&mut self, s: Step, beta: &dyn Fn(usize) -> f64) {
         self.steps += 1;
-        self.cost += beta(s.drafted + 1);
         let add = |(n, k): &mut (usize, usize), x: usize| (*n, *k) = (*n + 1, *k + x);
         match (s.drafted, s.right) {
             (0, r) if r > 0 => add(&mut self.declined, r),
@@ -231,8 +230,8 @@ impl<'p> Trace<'p> {
         self.write(format_args!("{}\t{}\t{}\t{}\t{}\t{}\n", s.run, s.position, s.drafted, s.accepted, s.right, chain.join("; ")));
     }
 
-    /// Flushes the file; returns the sums, to print below the table.
-    fn finish(mut self) -> Result<String, String> {
+    /// Flushes the file; returns the sums, to print below the table. `cost`: the traced run's verify cost.
+    fn finish(mut self, cost: f64) -> Result<String, String> {
         let flushed = self.out.flush();
         if let Some(e) = self.error.take().or(flushed.err()) {
             return Err(format!("{}: cannot write the trace: {e}", self.path.display()));
@@ -249,7 +248,7 @@ impl<'p> Trace<'p> {
             self.wasted.0,
             self.wasted.1,
             self.wasted_cost,
-            100.0 * self.wasted_cost / self.cost.max(1e-9)
+            100.0 * self.wasted_cost / cost.max(1e-9)
         ))
     }
 }
