@@ -37,9 +37,9 @@ fn a_trace_has_a_line_per_step_of_the_first_row_and_sums_up_where_drafts_and_cha
 
     let text = std::fs::read_to_string(&trace).unwrap();
     let mut lines = text.lines();
-    assert_eq!(lines.next(), Some("recording\tposition\tdrafted\taccepted\tright\tchain"));
+    assert_eq!(lines.next(), Some("recording\tposition\tdrafted\taccepted\tright\tchain\tnext\tproposed"));
     let steps: Vec<Vec<&str>> = lines.map(|l| l.split('\t').collect()).collect();
-    assert!(steps.iter().all(|s| s.len() == 6), "{text}");
+    assert!(steps.iter().all(|s| s.len() == 8), "{text}");
     let num = |s: &Vec<&str>, i: usize| s[i].parse::<usize>().unwrap();
     assert_eq!(steps.iter().map(|s| num(s, 2)).sum::<usize>(), drafted, "{text}");
     assert_eq!(steps.iter().map(|s| num(s, 3)).sum::<usize>(), accepted, "{text}");
@@ -53,6 +53,13 @@ fn a_trace_has_a_line_per_step_of_the_first_row_and_sums_up_where_drafts_and_cha
             let (label, p) = c.rsplit_once(' ').unwrap();
             assert!(p.parse::<f32>().is_ok_and(|p| (0.0..=1.0).contains(&p)) && label.contains(" @"), "{c}");
             assert_eq!(label.starts_with("| "), i == g && g > 0, "{s:?}");
+        }
+        // The recording's text and the chain's, quoted; a chain that is right throughout spells the recording's start.
+        let quoted = |t: &str| t.len() >= 2 && t.starts_with('"') && t.ends_with('"');
+        assert!(quoted(s[6]) && quoted(s[7]), "{s:?}");
+        assert_eq!(s[7] == "\"\"", chain.is_empty(), "{s:?}");
+        if right == chain.len() && right > 0 && !s[7].contains('\u{fffd}') {
+            assert!(s[6].starts_with(s[7].trim_end_matches('"')), "{s:?}");
         }
     }
     assert_eq!(steps.iter().map(|s| num(s, 0)).max(), Some(1), "both recordings");

@@ -48,8 +48,9 @@ pub struct ReplayArgs {
     #[arg(long, value_name = "LITERAL,SHAPE", default_value = "8,6", value_parser = context_lengths)]
     live_n: Vec<(usize, usize)>,
     /// Write the first row's steps to this file (tab-separated: recording, position, drafted, accepted, how
-    /// many of the chain's first tokens the recording has next, and the chain: each token's evidence and the
-    /// acceptance expected of it, `|` where the draft ended), and sum up where the drafter and its chain part.
+    /// many of the chain's first tokens the recording has next, the chain: each token's evidence and the
+    /// acceptance expected of it, `|` where the draft ended; then the text the recording has next and the
+    /// chain's text, quoted), and sum up where the drafter and its chain part.
     #[arg(long, value_name = "FILE")]
     trace: Option<PathBuf>,
 }
@@ -149,7 +150,11 @@ pub fn run(a: &ReplayArgs) -> CliResult {
             }
             match trace.take() {
                 Some(mut t) => {
-                    let r = replay_traced(&mut d, &runs, INVARIANT_DRAFT, beta, 1e6, |s| t.step(s, beta));
+                    let r = replay_traced(&mut d, &runs, INVARIANT_DRAFT, beta, 1e6, |s| {
+                        let r = &runs[s.run];
+                        let next = r.output.get(s.position - r.prompt.len()..).unwrap_or_default();
+                        t.step(s, next, &vocab, beta)
+                    });
                     traced = Some(t.finish(r.1.cost)?);
                     row(&label, r);
                 }
@@ -178,6 +183,12 @@ pub fn run(a: &ReplayArgs) -> CliResult {
     Ok(())
 }
 
+/// Tokens' text, quoted and escaped so that a tab, a newline or a `;` cannot break the trace's columns.
+fn text(vocab: &[&[u8]], tokens: &[i32]) -> String {
+    let bytes: Vec<u8> = tokens.iter().flat_map(|&t| usize::try_from(t).ok().and_then(|t| vocab.get(t)).copied().unwrap_or_default()).copied().collect();
+    format!("{:?}", String::from_utf8_lossy(&bytes))
+}
+
 /// A replay's steps written as they come, and the sums of where the drafter's drafts and its chains part.
 struct Trace<'p> {
     path: &'p Path,
@@ -198,7 +209,7 @@ impl<'p> Trace<'p> {
     fn create(path: &'p Path) -> Result<Trace<'p>, String> {
         let file = std::fs::File::create(path).map_err(|e| format!("{}: cannot write the trace: {e}", path.display()))?;
         let mut t = Trace { path, out: std::io::BufWriter::new(file), error: None, steps: 0, declined: (0, 0), short: (0, 0), wasted: (0, 0), wasted_cost: 0.0 };
-        t.write(format_args!("recording\tposition\tdrafted\taccepted\tright\tchain\n"));
+        t.write(format_args!("recording\tposition\tdrafted\taccepted\tright\tchain\tnext\tproposed\n"));
         Ok(t)
     }
 
@@ -208,8 +219,8 @@ impl<'p> Trace<'p> {
         }
     }
 
-    /// One step, on the clock `beta`.
-    fn step(&mut self, s: Step, beta: &dyn Fn(usize) -> f64) {
+    /// One step, on the clock `beta`; `next`: the recording's tokens from where the draft starts.
+    fn step(&mut self, s: Step, next: &[i32], vocab: &[&[u8]], beta: &dyn Fn(usize) -> f64) {
         self.steps += 1;
         let add = |(n, k): &mut (usize, usize), x: usize| (*n, *k) = (*n + 1, *k + x);
         match (s.drafted, s.right) {
@@ -227,7 +238,20 @@ impl<'p> Trace<'p> {
             .enumerate()
             .map(|(i, c)| format!("{}{} {:.2}", if i == s.drafted && i > 0 { "| " } else { "" }, c.class.label(), c.p))
             .collect();
-        self.write(format_args!("{}\t{}\t{}\t{}\t{}\t{}\n", s.run, s.position, s.drafted, s.accepted, s.right, chain.join("; ")));
+        let proposed: Vec<i32> = s.chain.iter().map(|c| c.token).collect();
+        // As far as the chain or the draft reached, and one token past: where they part from the recording.
+        let shown = &next[..next.len().min(s.chain.len().max(s.drafted) + 1)];
+        self.write(format_args!(
+            "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\n",
+            s.run,
+            s.position,
+            s.drafted,
+            s.accepted,
+            s.right,
+            chain.join("; "),
+            text(vocab, shown),
+            text(vocab, &proposed)
+        ));
     }
 
     /// Flushes the file; returns the sums, to print below the table. `cost`: the traced run's verify cost.
