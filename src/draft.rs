@@ -307,6 +307,16 @@ impl Drafter {
         // Every token the mirror holds is the target's own (drafts are not in it): count the new answer tokens
         // (those of accepted drafts were counted at `accept`, unless the sequence lost them since).
         let hist = s.ctx.tokens();
+        // The shared rates also learn from the chain's first undrafted token, now that the target has put its
+        // own there: a class the control declines is still measured, where its prior would otherwise decide
+        // for good. Judged only behind a draft the target kept whole, on an unchanged history. A sequence's own
+        // rates learn from drafts only (see `Seq::judge`).
+        if let Some((t, c)) = s.judge.take() {
+            let (base, g) = (s.draft_base, s.draft.len());
+            if let Some(&x) = hist.get(base + g).filter(|_| kept == before && hist[base..base + g] == s.draft[..]) {
+                self.global.observe(c.index(), x == t, cfg.global_decay);
+            }
+        }
         if kept < before {
             s.fed = s.fed.min(kept);
         }
@@ -421,6 +431,7 @@ impl Drafter {
         }
         out.extend_from_slice(&s.draft);
         s.draft_base = base;
+        s.judge = s.chain.get(g).copied();
         let expected = 1.0 + p[..g].iter().scan(1.0f64, |run, &pi| { *run *= f64::from(pi); Some(*run) }).sum::<f64>();
         self.rounds.record(seq, g + 1, expected);
         s.awaiting_accept = g > 0;
@@ -860,6 +871,45 @@ mod tests {
         let short = [10, 11, 12, 13, 50, 51, 11];
         d.begin(0, &short);
         assert_eq!(d.propose(0, &short, 12, 15, 1, &mut out), 0, "{out:?}");
+    }
+
+    #[test]
+    fn a_declined_class_is_still_learned_by_the_shared_rates() {
+        // The prompt holds pairs `1000+k 2000+k`; the answer writes `900+k 1000+k 2000+k`, so after `1000+k`
+        // a copy of one token proposes `2000+k`, and is right every time. Expected right 20% of the time a
+        // priori, it is not drafted (nor probed, here); the shared rates still learn it from what the target
+        // put there, and a new request drafts it.
+        let prompt: Vec<i32> = (0..12).flat_map(|k| [1000 + k, 2000 + k]).collect();
+        let answer: Vec<i32> = (0..12).flat_map(|k| [900 + k, 1000 + k, 2000 + k]).collect();
+        let cfg = DrafterConfig { gate: None, probe_every: u32::MAX, ..DrafterConfig::default() };
+        let mut d = Drafter::new(None, cfg.clone());
+        let one = Class::copy(1, false, false, Place::Code);
+        let shared = |d: &Drafter| estimate(&d.cfg, &d.global, &Rates::default(), one);
+        let before = shared(&d);
+        let trials = |d: &Drafter| d.seqs[0].rates.counts().1[one.index()];
+        serve(&mut d, 0, &prompt, &answer[..6], 15);
+        assert_eq!(trials(&d), 0.0, "declined");
+        assert!(before < 0.3 && shared(&d) > before + 0.2, "{before} -> {}", shared(&d));
+        serve(&mut d, 0, &prompt, &answer, 15);
+        let (num, den) = d.seqs[0].rates.counts();
+        assert!(den[one.index()] >= 3.0 && num[one.index()] == den[one.index()], "drafted, and right");
+        assert!(shared(&d) > 0.7, "{}", shared(&d));
+
+        // The chain's next token is judged only behind a draft the target kept whole: here the server dropped
+        // the draft (`4`) and decoded `50 51` instead, so `51` says nothing about the chain's `5`. The chain's
+        // second token, a copy after 4 tokens, is expected never right, so the draft is its first.
+        let mut class_prior = [0.9; N_CLASSES];
+        class_prior[Class::copy(4, false, false, Place::Code).index()] = 0.0;
+        let mut d = Drafter::new(None, DrafterConfig { class_prior, ..cfg });
+        let toks = [1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 2];
+        d.begin(0, &toks[..9]);
+        let mut out = Vec::new();
+        assert_eq!(d.propose(0, &toks, 3, 4, 0, &mut out), 1);
+        assert_eq!((out.as_slice(), d.seqs[0].chain.len()), (&[4][..], 2));
+        let next = d.seqs[0].chain[1].1.index();
+        let trials = d.global.counts().1[next];
+        d.propose(0, &[1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 2, 3, 50], 51, 4, 1, &mut out);
+        assert_eq!(d.global.counts().1[next], trials);
     }
 
     #[test]
