@@ -3,6 +3,7 @@
 
 use super::CliResult;
 use kolm_rsd::draft::control::{BetaModel, DEFAULT_BETA_PRIOR, INVARIANT_DRAFT};
+use kolm_rsd::draft::syntax::TokenTexts;
 use kolm_rsd::draft::{Context, Drafter, DrafterConfig};
 use kolm_rsd::llama::{self, Model, ModelOptions};
 use kolm_rsd::replay::{oracle, replay, replay_traced, NgramSimple, Recorded, Replayed, Step};
@@ -153,7 +154,7 @@ pub fn run(a: &ReplayArgs) -> CliResult {
                     let r = replay_traced(&mut d, &runs, INVARIANT_DRAFT, beta, 1e6, |s| {
                         let r = &runs[s.run];
                         let next = r.output.get(s.position - r.prompt.len()..).unwrap_or_default();
-                        t.step(s, next, &vocab, beta)
+                        t.step(s, next, &texts, beta)
                     });
                     traced = Some(t.finish(r.1.cost)?);
                     row(&label, r);
@@ -183,9 +184,10 @@ pub fn run(a: &ReplayArgs) -> CliResult {
     Ok(())
 }
 
-/// Tokens' text, quoted and escaped so that a tab, a newline or a `;` cannot break the trace's columns.
-fn text(vocab: &[&[u8]], tokens: &[i32]) -> String {
-    let bytes: Vec<u8> = tokens.iter().flat_map(|&t| usize::try_from(t).ok().and_then(|t| vocab.get(t)).copied().unwrap_or_default()).copied().collect();
+/// Tokens' text (spaces and newlines as themselves, not the tokenizer's markers), quoted and escaped so that a
+/// tab, a newline or a `;` cannot break the trace's columns.
+fn text(texts: &TokenTexts, tokens: &[i32]) -> String {
+    let bytes: Vec<u8> = tokens.iter().flat_map(|&t| texts.get(t)).copied().collect();
     format!("{:?}", String::from_utf8_lossy(&bytes))
 }
 
@@ -220,7 +222,7 @@ impl<'p> Trace<'p> {
     }
 
     /// One step, on the clock `beta`; `next`: the recording's tokens from where the draft starts.
-    fn step(&mut self, s: Step, next: &[i32], vocab: &[&[u8]], beta: &dyn Fn(usize) -> f64) {
+    fn step(&mut self, s: Step, next: &[i32], texts: &TokenTexts, beta: &dyn Fn(usize) -> f64) {
         self.steps += 1;
         let add = |(n, k): &mut (usize, usize), x: usize| (*n, *k) = (*n + 1, *k + x);
         match (s.drafted, s.right) {
@@ -249,8 +251,8 @@ impl<'p> Trace<'p> {
             s.accepted,
             s.right,
             chain.join("; "),
-            text(vocab, shown),
-            text(vocab, &proposed)
+            text(texts, shown),
+            text(texts, &proposed)
         ));
     }
 
