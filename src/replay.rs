@@ -13,7 +13,9 @@ use crate::draft::syntax::{Answer, TokenTexts};
 use crate::draft::{copied_token, next_key, Context, Drafter, DrafterConfig, Proposed};
 use crate::index::Index;
 
+mod batched;
 mod ngram_simple;
+pub use batched::replay_batched;
 pub use ngram_simple::NgramSimple;
 
 /// One recorded request: the prompt's tokens, the output the request predicted (OpenAI's `prediction`;

@@ -4,9 +4,10 @@
 use super::CliResult;
 use kolm_rsd::draft::control::{BetaModel, DEFAULT_BETA_PRIOR, INVARIANT_DRAFT};
 use kolm_rsd::draft::syntax::TokenTexts;
+use kolm_rsd::draft::step::Layout;
 use kolm_rsd::draft::{Context, Drafter, DrafterConfig};
 use kolm_rsd::llama::{self, Model, ModelOptions};
-use kolm_rsd::replay::{oracle, replay, replay_traced, NgramSimple, Recorded, Replayed, Step};
+use kolm_rsd::replay::{oracle, replay, replay_batched, replay_traced, NgramSimple, Recorded, Replayed, Step};
 use kolm_rsd::live::{Live, LiveConfig};
 use kolm_rsd::pack::MAX_N;
 use kolm_rsd::shape::ShapeTable;
@@ -54,6 +55,11 @@ pub struct ReplayArgs {
     /// chain's text, quoted), and sum up where the drafter and its chain part.
     #[arg(long, value_name = "FILE")]
     trace: Option<PathBuf>,
+    /// Also serve the prompts this many at a time, each step one forward pass of every request's tokens as
+    /// vLLM runs it (β = 1 + 0.03 per request beyond the first + 0.06 per drafted token, fitted on vLLM's step
+    /// logs at eight clients, Qwen2.5-Coder-0.5B on this CPU); repeat the flag for one row each.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(2..=256))]
+    clients: Vec<u16>,
 }
 
 fn context_lengths(v: &str) -> Result<(usize, usize), String> {
@@ -178,10 +184,37 @@ pub fn run(a: &ReplayArgs) -> CliResult {
             o.accepted
         );
     }
+    if !a.clients.is_empty() {
+        println!("\n| vLLM, one pass per step | speedup | steps | drafted | accepted | α |\n|---|---:|---:|---:|---:|---:|");
+    }
+    for &n in &a.clients {
+        let n = usize::from(n);
+        for lengths in &lives {
+            let cfg = DrafterConfig { n_seq: n, layout: Some(Layout::OnePass), ..cfg.clone() };
+            let mut d = Drafter::new(index.clone(), cfg).with_texts(texts.clone());
+            let mut label = format!("{n} clients");
+            if let Some((literal, shape)) = *lengths {
+                let lc = LiveConfig { max_n_literal: literal, max_n_shape: shape, ..LiveConfig::default() };
+                d = d.with_live(Live::new(lc, shapes.clone()));
+                replay(&mut d, &warm, INVARIANT_DRAFT, |m| one_pass(1, m - 1), 1e6);
+                label += &format!(", live contexts up to {literal} literal / {shape} shape");
+            }
+            let plain = replay_batched(None, &runs, n, INVARIANT_DRAFT, one_pass, 1e6);
+            let t = replay_batched(Some(&mut d), &runs, n, INVARIANT_DRAFT, one_pass, 1e6);
+            println!("| {label} | {:.3} | {} | {} | {} | {:.2} |", plain.cost / t.cost, t.passes, t.drafted, t.accepted, t.acceptance());
+        }
+    }
     if let Some(summary) = traced {
         println!("\n{summary}");
     }
     Ok(())
+}
+
+/// β of one of vLLM's steps on this CPU: `rows` requests verifying `drafted` drafted tokens among them, in
+/// steps of one request with none. Fitted on the proposer's step logs at eight clients (docs/bench/2026-11-28-s33
+/// and -s35, Qwen2.5-Coder-0.5B): about 80 ms a step, 2.5 ms per request beyond the first, 5.5 ms a drafted token.
+fn one_pass(rows: usize, drafted: usize) -> f64 {
+    1.0 + 0.03 * rows.saturating_sub(1) as f64 + 0.06 * drafted as f64
 }
 
 /// Tokens' text (spaces and newlines as themselves, not the tokenizer's markers), quoted and escaped so that a
