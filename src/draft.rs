@@ -272,7 +272,7 @@ impl Drafter {
         self.stepped = new_step;
         if new_step && self.price_steps {
             let last = self.rounds.last();
-            self.stepped_price = self.beta.unit_ns().map(|u| u * self.beta.step(last.len(), |j| last[j]));
+            self.stepped_price = self.beta.step_ns(last.len(), |j| last[j]);
         }
         let beta = &self.beta;
         let gated = self.gate.as_mut().is_some_and(|g| {

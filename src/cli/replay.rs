@@ -56,7 +56,7 @@ pub struct ReplayArgs {
     #[arg(long, value_name = "FILE")]
     trace: Option<PathBuf>,
     /// Also serve the prompts this many at a time, each step one forward pass of every request's tokens as
-    /// vLLM runs it (β = 1 + 0.03 per request beyond the first + 0.06 per drafted token, fitted on vLLM's step
+    /// vLLM runs it (β = 1 + 0.04 per request beyond the first + 0.07 per drafted token, fitted on vLLM's step
     /// logs at eight clients, Qwen2.5-Coder-0.5B on this CPU); repeat the flag for one row each.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(2..=256))]
     clients: Vec<u16>,
@@ -211,10 +211,11 @@ pub fn run(a: &ReplayArgs) -> CliResult {
 }
 
 /// β of one of vLLM's steps on this CPU: `rows` requests verifying `drafted` drafted tokens among them, in
-/// steps of one request with none. Fitted on the proposer's step logs at eight clients (docs/bench/2026-11-28-s33
-/// and -s35, Qwen2.5-Coder-0.5B): about 80 ms a step, 2.5 ms per request beyond the first, 5.5 ms a drafted token.
+/// steps of one request with none. Fitted on the proposer's step logs at eight clients (docs/bench/2026-11-28-s33,
+/// -s35 and -s36, Qwen2.5-Coder-0.5B): 67–89 ms a step, 1.4–4.6 ms per request beyond the first, 4.1–6.1 ms a
+/// drafted token.
 fn one_pass(rows: usize, drafted: usize) -> f64 {
-    1.0 + 0.03 * rows.saturating_sub(1) as f64 + 0.06 * drafted as f64
+    1.0 + 0.04 * rows.saturating_sub(1) as f64 + 0.07 * drafted as f64
 }
 
 /// Tokens' text (spaces and newlines as themselves, not the tokenizer's markers), quoted and escaped so that a

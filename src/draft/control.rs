@@ -168,6 +168,19 @@ impl BetaModel {
         }
     }
 
+    /// Expected duration (ns) of a step in which slot `j < n` verifies `tokens(j)` (None before a unit is known).
+    /// A step of several rows in one pass has its own clock ([`OnePassCost::ns`]): its β is relative to the
+    /// fewest rows it measured, not to this table's one-row unit.
+    pub fn step_ns(&self, n: usize, tokens: impl Fn(usize) -> usize) -> Option<f64> {
+        if let Some(op) = &self.one_pass {
+            let (rows, drafted) = rows_drafted((0..n).map(&tokens));
+            if rows > 1 {
+                return op.ns(rows, drafted);
+            }
+        }
+        Some(self.unit_ns()? * self.step(n, tokens))
+    }
+
     /// β for `verified` tokens (1 = plain step). Past [`CALL_MAX`] tokens llama-server splits the batch into
     /// calls of at most that many (patch 0004), each paying its own fixed cost: their sum, scaled by what such steps
     /// were measured to take against it. Under [`Layout::OnePass`] there is no call limit.
@@ -570,6 +583,10 @@ mod tests {
         }
         assert!((b.beta(5) - 1.0).abs() < 0.05 && (b.step(3, |j| [0, 5, 0][j]) - b.beta(5)).abs() < 1e-12, "{}", b.beta(5));
         assert_eq!(b.step(6, six.with(4)), before, "one-row steps leave the rows' fit alone");
+        // A step's duration comes from the clock that priced it: six rows from their fit, one from the table.
+        let ms = |t: &[usize]| b.step_ns(t.len(), |j| t[j]).unwrap() / 1e6;
+        assert!((ms(&[1; 6]) - 145.0).abs() < 1.0 && (ms(&[5, 1, 1, 1, 1, 1]) - 157.0).abs() < 1.0, "{}", ms(&[1; 6]));
+        assert!((ms(&[0, 5, 0]) - 70.0).abs() < 3.0, "{}", ms(&[0, 5, 0]));
     }
 
     /// Steps of `shape` that take `cost(passes)` plain steps of 10 ms, with one-pass steps of 4 slots between.

@@ -135,7 +135,7 @@ impl OnePassCost {
 
     /// Expected duration of a step of `rows` rows and `drafted` drafted tokens (None before any step). A row
     /// count never seen takes the level of the nearest one seen.
-    fn ns(&self, rows: usize, drafted: usize) -> Option<f64> {
+    pub fn ns(&self, rows: usize, drafted: usize) -> Option<f64> {
         let slope = self.slope?;
         let (near, _) = self.nearest(rows)?;
         let s = &self.rows[near];
