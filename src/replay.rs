@@ -15,7 +15,7 @@ use crate::index::Index;
 
 mod batched;
 mod ngram_simple;
-pub use batched::replay_batched;
+pub use batched::{replay_batched, Batched, Oracle};
 pub use ngram_simple::NgramSimple;
 
 /// One recorded request: the prompt's tokens, the output the request predicted (OpenAI's `prediction`;
@@ -197,13 +197,39 @@ pub fn oracle(
     beta: impl Fn(usize) -> f64,
 ) -> Replayed {
     let mut total = Replayed::default();
+    for (r, right) in runs.iter().zip(right_proposals(index, texts, cfg, runs)) {
+        let mut m = Replayed { tokens: right.len(), ..Replayed::default() };
+        let mut i = 0;
+        while i < right.len() {
+            // One pass: the run of right proposals, then the target's own token.
+            let run = right[i..].iter().take(n_max).take_while(|&&ok| ok).count().min(right.len() - i - 1);
+            let cost = beta(run + 1);
+            m.passes += 1;
+            m.cost += cost;
+            m.drafted += run;
+            m.accepted += run;
+            i += run + 1;
+        }
+        debug_assert_eq!(r.output.len().saturating_sub(1), m.tokens);
+        total.add(&m);
+    }
+    total
+}
+
+/// Per recording, per token after the first (`output[1..]`): whether some source the drafter reads proposes it
+/// after the true history before it ([`oracle`] says which sources).
+pub fn right_proposals(index: Option<&Index>, texts: Option<&TokenTexts>, cfg: &DrafterConfig, runs: &[Recorded]) -> Vec<Vec<bool>> {
     let mut ctx = ContextIndex::new(cfg.ctx_max_n);
     if let Some(tx) = texts {
         ctx.set_canon(tx.canonical());
     }
     let (mut answer, mut key, mut rewrites) = (Answer::default(), Vec::new(), Rewrites::default());
+    let mut all = Vec::with_capacity(runs.len());
     for r in runs {
-        let Some((&first, rest)) = r.output.split_first() else { continue };
+        let Some((&first, rest)) = r.output.split_first() else {
+            all.push(Vec::new());
+            continue;
+        };
         ctx.reset(&r.prompt);
         rewrites.reset(r.prompt.len());
         answer.reset(r.prompt.len());
@@ -232,21 +258,9 @@ pub fn oracle(
             right.push(pack || copy || list);
             last = t;
         }
-        let mut m = Replayed { tokens: rest.len(), ..Replayed::default() };
-        let mut i = 0;
-        while i < rest.len() {
-            // One pass: the target's token at i, then the run of right proposals after it.
-            let run = right[i + 1..].iter().take(n_max).take_while(|&&ok| ok).count();
-            let cost = beta(run + 1);
-            m.passes += 1;
-            m.cost += cost;
-            m.drafted += run;
-            m.accepted += run;
-            i += run + 1;
-        }
-        total.add(&m);
+        all.push(right);
     }
-    total
+    all
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ use kolm_rsd::draft::syntax::TokenTexts;
 use kolm_rsd::draft::step::Layout;
 use kolm_rsd::draft::{Context, Drafter, DrafterConfig};
 use kolm_rsd::llama::{self, Model, ModelOptions};
-use kolm_rsd::replay::{oracle, replay, replay_batched, replay_traced, NgramSimple, Recorded, Replayed, Step};
+use kolm_rsd::replay::{oracle, replay, replay_batched, replay_traced, right_proposals, NgramSimple, Oracle, Recorded, Replayed, Step};
 use kolm_rsd::live::{Live, LiveConfig};
 use kolm_rsd::pack::MAX_N;
 use kolm_rsd::shape::ShapeTable;
@@ -189,6 +189,7 @@ pub fn run(a: &ReplayArgs) -> CliResult {
     }
     for &n in &a.clients {
         let n = usize::from(n);
+        let plain = replay_batched(None, &runs, n, INVARIANT_DRAFT, one_pass, 1e6);
         for lengths in &lives {
             let cfg = DrafterConfig { n_seq: n, layout: Some(Layout::OnePass), ..cfg.clone() };
             let mut d = Drafter::new(index.clone(), cfg).with_texts(texts.clone());
@@ -199,9 +200,13 @@ pub fn run(a: &ReplayArgs) -> CliResult {
                 replay(&mut d, &warm, INVARIANT_DRAFT, |m| one_pass(1, m - 1), 1e6);
                 label += &format!(", live contexts up to {literal} literal / {shape} shape");
             }
-            let plain = replay_batched(None, &runs, n, INVARIANT_DRAFT, one_pass, 1e6);
             let t = replay_batched(Some(&mut d), &runs, n, INVARIANT_DRAFT, one_pass, 1e6);
             println!("| {label} | {:.3} | {} | {} | {} | {:.2} |", plain.cost / t.cost, t.passes, t.drafted, t.accepted, t.acceptance());
+        }
+        if !a.prediction {
+            let mut o = Oracle::new(&runs, right_proposals(index.as_ref(), Some(&texts), &cfg, &runs));
+            let t = replay_batched(Some(&mut o), &runs, n, INVARIANT_DRAFT, one_pass, 1e6);
+            println!("| … oracle: every run of right proposals drafted, nothing else | {:.3} | {} | {} | {} | 1.00 |", plain.cost / t.cost, t.passes, t.drafted, t.accepted);
         }
     }
     if let Some(summary) = traced {

@@ -6,13 +6,74 @@
 use super::{Recorded, Replayed};
 use crate::draft::Drafter;
 
-/// Serves `runs` to `d` (None: plain decoding) as `clients` requests at once, in recording order: a request
+/// What drafts in a batched replay: the plugin's [`Drafter`], one sequence per client, or [`Oracle`].
+pub trait Batched {
+    /// Recording `run` starts on sequence `seq`.
+    fn begin(&mut self, seq: usize, run: usize, r: &Recorded);
+    /// Drafts at most `n_max` tokens after `hist` + `last` on `seq` into `out`, at `now_ns` on the clock.
+    fn propose(&mut self, seq: usize, hist: &[i32], last: i32, n_max: usize, now_ns: u64, out: &mut Vec<i32>) -> usize;
+    /// The target kept the first `n` tokens drafted on `seq`.
+    fn accept(&mut self, seq: usize, n: usize);
+}
+
+impl Batched for Drafter {
+    fn begin(&mut self, seq: usize, _run: usize, r: &Recorded) {
+        Drafter::begin(self, seq, &r.prompt);
+        if !r.prediction.is_empty() {
+            Drafter::predict(self, seq, &r.prediction);
+        }
+    }
+    fn propose(&mut self, seq: usize, hist: &[i32], last: i32, n_max: usize, now_ns: u64, out: &mut Vec<i32>) -> usize {
+        Drafter::propose(self, seq, hist, last, n_max, now_ns, out)
+    }
+    fn accept(&mut self, seq: usize, n: usize) {
+        Drafter::accept(self, seq, n);
+    }
+}
+
+/// Drafts exactly the runs of right proposals ([`super::right_proposals`]) and nothing else, whatever a step
+/// costs: the ceiling of the drafter's evidence beside others, as [`super::oracle`] is alone.
+pub struct Oracle<'r> {
+    runs: &'r [Recorded],
+    right: Vec<Vec<bool>>,
+    /// Per sequence, the recording it serves.
+    at: Vec<usize>,
+}
+
+impl<'r> Oracle<'r> {
+    /// `right`: [`super::right_proposals`] of `runs`.
+    pub fn new(runs: &'r [Recorded], right: Vec<Vec<bool>>) -> Oracle<'r> {
+        Oracle { runs, right, at: Vec::new() }
+    }
+}
+
+impl Batched for Oracle<'_> {
+    fn begin(&mut self, seq: usize, run: usize, _r: &Recorded) {
+        if self.at.len() <= seq {
+            self.at.resize(seq + 1, 0);
+        }
+        self.at[seq] = run;
+    }
+    fn propose(&mut self, seq: usize, hist: &[i32], _last: i32, n_max: usize, _now_ns: u64, out: &mut Vec<i32>) -> usize {
+        out.clear();
+        let run = self.at[seq];
+        let (r, right) = (&self.runs[run], &self.right[run]);
+        // The history is the prompt and the output up to the token just sampled, which is not in it.
+        let done = hist.len() - r.prompt.len();
+        let n = right[done..].iter().take(n_max).take_while(|&&ok| ok).count();
+        out.extend_from_slice(&r.output[1 + done..1 + done + n]);
+        n
+    }
+    fn accept(&mut self, _seq: usize, _n: usize) {}
+}
+
+/// Serves `runs` to `d` (None: plain decoding; the drafter must have `clients` sequences) as `clients` requests at once, in recording order: a request
 /// that ends makes room for the next at the following step. A step of `rows` requests verifying `drafted`
 /// drafted tokens among them costs `step(rows, drafted)` plain one-request steps of `unit_ns` each on the
 /// drafter's clock. Returns the sum over all requests (`passes`: steps; `cost`: the clock in plain one-request
 /// steps); its speed against plain decoding is the ratio of the two runs' costs.
 pub fn replay_batched(
-    mut d: Option<&mut Drafter>,
+    mut d: Option<&mut dyn Batched>,
     runs: &[Recorded],
     clients: usize,
     n_max: usize,
@@ -40,7 +101,7 @@ pub fn replay_batched(
                 let r = &runs[next];
                 if let [first, _, ..] = r.output[..] {
                     if let Some(d) = d.as_deref_mut() {
-                        d.begin(seq, &r.prompt);
+                        d.begin(seq, next, r);
                     }
                     *slot = Some(Live { run: next, hist: r.prompt.clone(), last: first, done: 0, draft: Vec::new() });
                 }
@@ -130,6 +191,24 @@ mod tests {
         assert!(spec.accepted <= spec.drafted && spec.accepted > 0, "{spec:?}");
         assert!(spec.tokens <= spec.accepted + 4 * spec.passes, "{spec:?}");
         assert!(plain.cost / spec.cost > 1.5, "copies pay beside others: {spec:?} against {plain:?}");
+    }
+
+    #[test]
+    fn the_oracle_drafts_only_right_runs_and_bounds_the_drafter() {
+        let runs: Vec<Recorded> = (0..12).map(copying).collect();
+        let cfg = DrafterConfig { n_seq: 4, layout: Some(Layout::OnePass), ..DrafterConfig::default() };
+        let right = crate::replay::right_proposals(None, None, &cfg, &runs);
+        let mut o = Oracle::new(&runs, right);
+        let best = replay_batched(Some(&mut o), &runs, 4, 15, one_pass, 1e6);
+        let plain = replay_batched(None, &runs, 4, 15, one_pass, 1e6);
+        assert_eq!(best.tokens, plain.tokens);
+        assert_eq!(best.drafted, best.accepted, "{best:?}");
+        let mut d = Drafter::new(None, cfg);
+        let spec = replay_batched(Some(&mut d), &runs, 4, 15, one_pass, 1e6);
+        assert!(best.cost <= spec.cost && best.passes <= spec.passes, "oracle {best:?} against the drafter {spec:?}");
+        // After the first token the copied passage is right to its end, the tail is not: per request, passes
+        // drafting 15, 15, 15, 11, 0 and 0 tokens; three rounds of four requests.
+        assert_eq!((best.passes, best.drafted), (3 * 6, 12 * 56), "{best:?}");
     }
 
     #[test]
