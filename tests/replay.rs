@@ -80,3 +80,24 @@ fn a_trace_that_cannot_be_written_is_named_before_anything_is_recorded() {
     assert!(err.contains(&trace.display().to_string()) && err.contains("cannot write the trace"), "{err}");
     assert!(!err.contains("recording"), "failed before recording: {err}");
 }
+
+#[test]
+fn several_clients_are_replayed_beside_their_oracle() {
+    let model = common::smol();
+    let out = replay(&["--model", model.to_str().unwrap(), "--pack", "off", "--workload", "code-edit", "--prompts", "3", "--tokens", "48", "--clients", "2"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let cells = |prefix: &str, nth: usize| -> Vec<String> {
+        let row = stdout.lines().filter(|l| l.starts_with(prefix)).nth(nth).unwrap_or_else(|| panic!("no `{prefix}` row: {stdout}"));
+        row.split('|').map(|c| c.trim().to_string()).collect()
+    };
+    let (drafter, oracle) = (cells("| 2 clients", 0), cells("| … oracle", 3));
+    let num = |c: &[String], i: usize| c[i].parse::<f64>().unwrap_or_else(|_| panic!("{c:?}"));
+    // speedup, steps, drafted, accepted
+    assert!(num(&drafter, 5) <= num(&drafter, 4) && num(&drafter, 4) > 0.0, "code edits copy their code: {drafter:?}");
+    assert_eq!(num(&oracle, 4), num(&oracle, 5), "{oracle:?}");
+    assert!(num(&oracle, 2) >= num(&drafter, 2) && num(&oracle, 3) <= num(&drafter, 3), "{oracle:?} {drafter:?}");
+    // Each request's runs of right proposals are its own, however many share its steps: the oracle drafts what
+    // it drafts alone (the first table's oracle rows).
+    assert_eq!(num(&oracle, 4), num(&cells("| … oracle", 0), 4), "{stdout}");
+}

@@ -58,9 +58,10 @@ impl Batched for Oracle<'_> {
         out.clear();
         let run = self.at[seq];
         let (r, right) = (&self.runs[run], &self.right[run]);
-        // The history is the prompt and the output up to the token just sampled, which is not in it.
+        // The history is the prompt and the output up to the token just sampled, which is not in it. The last
+        // token is the target's own either way: drafting it would only make the step dearer.
         let done = hist.len() - r.prompt.len();
-        let n = right[done..].iter().take(n_max).take_while(|&&ok| ok).count();
+        let n = right[done..right.len() - 1].iter().take(n_max).take_while(|&&ok| ok).count();
         out.extend_from_slice(&r.output[1 + done..1 + done + n]);
         n
     }
