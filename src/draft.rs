@@ -279,7 +279,7 @@ impl Drafter {
             if new_step {
                 let last = self.rounds.last();
                 let plain = g.clock() == Clock::PlainSteps;
-                let price = beta.unit_ns().filter(|_| plain).map(|u| u * beta.step(last.len(), |j| last[j].min(1)));
+                let price = beta.step_ns(last.len(), |j| last[j].min(1)).filter(|_| plain);
                 g.step(last.iter().filter(|&&t| t > 0).count(), last.iter().any(|&t| t > 1), self.rounds.left(), price);
             }
             g.call(now_ns, new_step);
@@ -1362,12 +1362,18 @@ mod tests {
     #[test]
     fn with_several_slots_the_gate_counts_plain_steps() {
         assert_eq!(DrafterConfig::default().gate_clock(), Clock::Wall, "a sequence alone: wall time");
-        let cfg = DrafterConfig { n_seq: 4, context: Context::Off, ..DrafterConfig::default() };
-        assert_eq!(cfg.gate_clock(), Clock::PlainSteps);
-        assert_eq!(DrafterConfig { layout: Some(Layout::OnePass), ..cfg.clone() }.gate_clock(), Clock::Wall, "vLLM's steps");
-        // Four slots, two of them generating only every other stretch of 20 steps, nothing to draft: a step of n
-        // slots takes 30 + 12 n ms. In tokens per second the windows would read 51 or 37; in plain steps of their own
-        // slots, as the gate measures them, one token a slot either way.
+        // llama-server's steps and vLLM's alike.
+        for layout in [None, Some(Layout::OnePass)] {
+            let cfg = DrafterConfig { n_seq: 4, context: Context::Off, layout, ..DrafterConfig::default() };
+            assert_eq!(cfg.gate_clock(), Clock::PlainSteps);
+            a_gate_in_plain_steps_reads_one_token_a_slot_whatever_the_occupancy(cfg);
+        }
+    }
+
+    /// Four slots, two of them generating only every other stretch of 20 steps, nothing to draft: a step of n slots
+    /// takes 30 + 12 n ms. In tokens per second the windows would read 51 or 37; in plain steps of their own slots,
+    /// as the gate measures them, one token a slot either way.
+    fn a_gate_in_plain_steps_reads_one_token_a_slot_whatever_the_occupancy(cfg: DrafterConfig) {
         let mut d = Drafter::new(None, cfg);
         let mut toks: Vec<Vec<i32>> = (0..4).map(|_| vec![1, 2, 3]).collect();
         for (s, t) in toks.iter().enumerate() {
