@@ -270,7 +270,12 @@ mod tests {
 
     /// A continuation that copies a passage of the prompt.
     fn copying() -> Recorded {
-        let passage: Vec<i32> = (100..160).collect();
+        copying_from(100)
+    }
+
+    /// A continuation that copies a passage of 60 tokens from `start` on out of its prompt, then writes 3 more.
+    pub(super) fn copying_from(start: i32) -> Recorded {
+        let passage: Vec<i32> = (start..start + 60).collect();
         let mut prompt = vec![1, 2, 3];
         prompt.extend(&passage);
         prompt.extend([4, 5]);

@@ -156,13 +156,7 @@ mod tests {
 
     /// A continuation that copies a passage of its prompt, different per request.
     fn copying(k: i32) -> Recorded {
-        let passage: Vec<i32> = (0..60).map(|i| 1000 * (k + 1) + i).collect();
-        let mut prompt = vec![1, 2, 3];
-        prompt.extend(&passage);
-        prompt.extend([4, 5]);
-        let mut output = passage.clone();
-        output.extend([7, 8, 9]);
-        Recorded { prompt, output, ..Recorded::default() }
+        crate::replay::tests::copying_from(1000 * (k + 1))
     }
 
     /// vLLM-like: a row adds 3% of a one-row step, a drafted token 6%.
