@@ -197,7 +197,7 @@ pub fn oracle(
     beta: impl Fn(usize) -> f64,
 ) -> Replayed {
     let mut total = Replayed::default();
-    for (r, right) in runs.iter().zip(right_proposals(index, texts, cfg, runs)) {
+    for right in right_proposals(index, texts, cfg, runs) {
         let mut m = Replayed { tokens: right.len(), ..Replayed::default() };
         let mut i = 0;
         while i < right.len() {
@@ -210,7 +210,6 @@ pub fn oracle(
             m.accepted += run;
             i += run + 1;
         }
-        debug_assert_eq!(r.output.len().saturating_sub(1), m.tokens);
         total.add(&m);
     }
     total
