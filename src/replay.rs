@@ -155,19 +155,16 @@ fn replay_with(
         while i < rest.len() {
             // llama-server never verifies past the request's remaining tokens.
             let g = d.propose(&hist, last, n_max.min(rest.len() - i), now, &mut draft);
-            let acc = draft.iter().zip(&rest[i..]).take_while(|(a, b)| a == b).count();
+            let position = hist.len() + 1;
+            let (acc, took) = verify(&draft, &rest[i..], &mut hist, &mut last);
             if let Some(trace) = trace.as_mut() {
                 let chain = d.last_chain();
                 let right = chain.iter().zip(&rest[i..]).take_while(|(c, &t)| c.token == t).count();
-                trace(Step { run, position: hist.len() + 1, drafted: g, accepted: acc, chain, right });
+                trace(Step { run, position, drafted: g, accepted: acc, chain, right });
             }
             d.accept(acc);
             let cost = beta(g + 1);
             now += (cost * unit_ns) as u64;
-            hist.push(last);
-            let took = (acc + 1).min(rest.len() - i);
-            hist.extend_from_slice(&rest[i..i + took - 1]);
-            last = rest[i + took - 1];
             i += took;
             m.passes += 1;
             m.cost += cost;
@@ -179,6 +176,18 @@ fn replay_with(
         each.push(m);
     }
     (each, total)
+}
+
+/// Greedy verification of `draft` against `rest`, the recording's next tokens (not empty): returns the drafted
+/// tokens the target keeps and the tokens the step yields (those and the target's own, never past the recording),
+/// and moves the history (`hist`, with `last` the token just sampled) past them.
+fn verify(draft: &[i32], rest: &[i32], hist: &mut Vec<i32>, last: &mut i32) -> (usize, usize) {
+    let acc = draft.iter().zip(rest).take_while(|(a, b)| a == b).count();
+    let took = (acc + 1).min(rest.len());
+    hist.push(*last);
+    hist.extend_from_slice(&rest[..took - 1]);
+    *last = rest[took - 1];
+    (acc, took)
 }
 
 /// The ceiling of the evidence itself: at every position the pack's recipe (as confident as the drafter

@@ -3,7 +3,7 @@
 //! others (the step's price, the shared rates, the gate); served at eight clients a run costs a quarter of an
 //! hour and reads through ±7% noise, so this is where a change of the step control is A/B-tested first.
 
-use super::{Recorded, Replayed};
+use super::{verify, Recorded, Replayed};
 use crate::draft::Drafter;
 
 /// What drafts in a batched replay: the plugin's [`Drafter`], one sequence per client, or [`Oracle`].
@@ -68,8 +68,8 @@ impl Batched for Oracle<'_> {
     fn accept(&mut self, _seq: usize, _n: usize) {}
 }
 
-/// Serves `runs` to `d` (None: plain decoding; the drafter must have `clients` sequences) as `clients` requests at once, in recording order: a request
-/// that ends makes room for the next at the following step. A step of `rows` requests verifying `drafted`
+/// Serves `runs` to `d` (None: plain decoding; a drafter must have `clients` sequences) as `clients` requests at
+/// once, in recording order: a request that ends makes room for the next at the following step. A step of `rows` requests verifying `drafted`
 /// drafted tokens among them costs `step(rows, drafted)` plain one-request steps of `unit_ns` each on the
 /// drafter's clock. Returns the sum over all requests (`passes`: steps; `cost`: the clock in plain one-request
 /// steps); its speed against plain decoding is the ratio of the two runs' costs.
@@ -83,7 +83,7 @@ pub fn replay_batched(
 ) -> Replayed {
     /// A request in flight: its recording, the history the drafter sees, the token just sampled, and how many
     /// of the recording's later tokens are decoded.
-    struct Live {
+    struct InFlight {
         run: usize,
         hist: Vec<i32>,
         last: i32,
@@ -91,7 +91,7 @@ pub fn replay_batched(
         draft: Vec<i32>,
     }
     let clients = clients.max(1);
-    let mut slots: Vec<Option<Live>> = (0..clients).map(|_| None).collect();
+    let mut slots: Vec<Option<InFlight>> = (0..clients).map(|_| None).collect();
     let mut next = 0;
     let mut now = 0u64;
     let mut total = Replayed::default();
@@ -104,7 +104,7 @@ pub fn replay_batched(
                     if let Some(d) = d.as_deref_mut() {
                         d.begin(seq, next, r);
                     }
-                    *slot = Some(Live { run: next, hist: r.prompt.clone(), last: first, done: 0, draft: Vec::new() });
+                    *slot = Some(InFlight { run: next, hist: r.prompt.clone(), last: first, done: 0, draft: Vec::new() });
                 }
                 next += 1;
             }
@@ -131,14 +131,10 @@ pub fn replay_batched(
         for (seq, slot) in slots.iter_mut().enumerate() {
             let Some(l) = slot else { continue };
             let rest = &runs[l.run].output[1..];
-            let acc = l.draft.iter().zip(&rest[l.done..]).take_while(|(a, b)| a == b).count();
+            let (acc, took) = verify(&l.draft, &rest[l.done..], &mut l.hist, &mut l.last);
             if let Some(d) = d.as_deref_mut() {
                 d.accept(seq, acc);
             }
-            let took = (acc + 1).min(rest.len() - l.done);
-            l.hist.push(l.last);
-            l.hist.extend_from_slice(&rest[l.done..l.done + took - 1]);
-            l.last = rest[l.done + took - 1];
             l.done += took;
             total.tokens += took;
             total.accepted += acc;
