@@ -211,7 +211,7 @@ pub fn oracle(
         let mut i = 0;
         while i < right.len() {
             // One pass: the run of right proposals, then the target's own token.
-            let run = right[i..].iter().take(n_max).take_while(|&&ok| ok).count().min(right.len() - i - 1);
+            let run = right_run(&right, i, n_max);
             let cost = beta(run + 1);
             m.passes += 1;
             m.cost += cost;
@@ -222,6 +222,12 @@ pub fn oracle(
         total.add(&m);
     }
     total
+}
+
+/// The oracle's draft at `done` tokens into a recording whose proposals are `right`: the run of right ones, at most
+/// `n_max`, never the last token (the target's own either way: drafting it would only make the step dearer).
+fn right_run(right: &[bool], done: usize, n_max: usize) -> usize {
+    right[done..right.len() - 1].iter().take(n_max).take_while(|&&ok| ok).count()
 }
 
 /// Per recording, per token after the first (`output[1..]`): whether some source the drafter reads proposes it

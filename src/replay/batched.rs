@@ -3,7 +3,7 @@
 //! others (the step's price, the shared rates, the gate); served at eight clients a run costs a quarter of an
 //! hour and reads through ±7% noise, so this is where a change of the step control is A/B-tested first.
 
-use super::{verify, Recorded, Replayed};
+use super::{right_run, verify, Recorded, Replayed};
 use crate::draft::Drafter;
 
 /// What drafts in a batched replay: the plugin's [`Drafter`], one sequence per client, or [`Oracle`].
@@ -58,10 +58,9 @@ impl Batched for Oracle<'_> {
         out.clear();
         let run = self.at[seq];
         let (r, right) = (&self.runs[run], &self.right[run]);
-        // The history is the prompt and the output up to the token just sampled, which is not in it. The last
-        // token is the target's own either way: drafting it would only make the step dearer.
+        // The history is the prompt and the output up to the token just sampled, which is not in it.
         let done = hist.len() - r.prompt.len();
-        let n = right[done..right.len() - 1].iter().take(n_max).take_while(|&&ok| ok).count();
+        let n = right_run(right, done, n_max);
         out.extend_from_slice(&r.output[1 + done..1 + done + n]);
         n
     }
