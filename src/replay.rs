@@ -15,8 +15,10 @@ use crate::index::Index;
 
 mod batched;
 mod ngram_simple;
+mod recordings;
 pub use batched::{replay_batched, Batched, Oracle};
 pub use ngram_simple::NgramSimple;
+pub use recordings::{model_key, Recordings};
 
 /// One recorded request: the prompt's tokens, the output the request predicted (OpenAI's `prediction`;
 /// empty for none) and the target's greedy continuation.
@@ -226,7 +228,7 @@ pub fn oracle(
 
 /// The oracle's draft at `done` tokens into a recording whose proposals are `right`: the run of right ones, at most
 /// `n_max`, never the last token (the target's own either way: drafting it would only make the step dearer).
-fn right_run(right: &[bool], done: usize, n_max: usize) -> usize {
+pub fn right_run(right: &[bool], done: usize, n_max: usize) -> usize {
     right[done..right.len() - 1].iter().take(n_max).take_while(|&&ok| ok).count()
 }
 

@@ -14,7 +14,8 @@ fn a_trace_has_a_line_per_step_of_the_first_row_and_sums_up_where_drafts_and_cha
     let model = common::smol();
     let dir = common::scratch("replay-trace");
     let trace = dir.join("steps.tsv");
-    let out = replay(&[
+    let recordings = dir.join("recordings.json");
+    let args = [
         "--model",
         model.to_str().unwrap(),
         "--pack",
@@ -27,9 +28,19 @@ fn a_trace_has_a_line_per_step_of_the_first_row_and_sums_up_where_drafts_and_cha
         "48",
         "--trace",
         trace.to_str().unwrap(),
-    ]);
+        "--recordings",
+        recordings.to_str().unwrap(),
+    ];
+    let out = replay(&args);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("recording 2 greedy continuations"));
+    // Replayed again from the kept recordings: nothing recorded, the same table and trace.
+    let first_trace = std::fs::read_to_string(&trace).unwrap();
+    let again = replay(&args);
+    assert!(again.status.success() && !String::from_utf8_lossy(&again.stderr).contains("recording"), "{again:?}");
+    assert_eq!(String::from_utf8_lossy(&again.stdout), stdout);
+    assert_eq!(std::fs::read_to_string(&trace).unwrap(), first_trace);
     // The first row: this CPU's clock, the drafter; its drafted and accepted tokens are the trace's sums.
     let row = stdout.lines().find(|l| l.starts_with("| this CPU")).unwrap_or_else(|| panic!("{stdout}"));
     let cells: Vec<&str> = row.split('|').map(str::trim).collect();
@@ -37,16 +48,20 @@ fn a_trace_has_a_line_per_step_of_the_first_row_and_sums_up_where_drafts_and_cha
 
     let text = std::fs::read_to_string(&trace).unwrap();
     let mut lines = text.lines();
-    assert_eq!(lines.next(), Some("recording\tposition\tdrafted\taccepted\tright\tchain\tnext\tproposed"));
+    assert_eq!(lines.next(), Some("recording\tposition\tdrafted\taccepted\tright\toracle\tchain\tnext\tproposed"));
     let steps: Vec<Vec<&str>> = lines.map(|l| l.split('\t').collect()).collect();
-    assert!(steps.iter().all(|s| s.len() == 8), "{text}");
+    assert!(steps.iter().all(|s| s.len() == 9), "{text}");
     let num = |s: &Vec<&str>, i: usize| s[i].parse::<usize>().unwrap();
     assert_eq!(steps.iter().map(|s| num(s, 2)).sum::<usize>(), drafted, "{text}");
     assert_eq!(steps.iter().map(|s| num(s, 3)).sum::<usize>(), accepted, "{text}");
     assert!(drafted > 0, "code edits copy their code: {stdout}");
+    let mut missed = 0;
     for s in &steps {
-        let (g, acc, right) = (num(s, 2), num(s, 3), num(s, 4));
-        let chain: Vec<&str> = if s[5].is_empty() { vec![] } else { s[5].split("; ").collect() };
+        let (g, acc, right, oracle) = (num(s, 2), num(s, 3), num(s, 4), num(s, 5));
+        // A run the oracle drafts fits one verify pass (a chained copy may keep more than a fresh lookup proposes).
+        assert!(oracle <= 15, "{s:?}");
+        missed += oracle.saturating_sub(acc);
+        let chain: Vec<&str> = if s[6].is_empty() { vec![] } else { s[6].split("; ").collect() };
         assert!(chain.len() >= g && right <= chain.len() && right.min(g) == acc, "{s:?}");
         // Each token's evidence and expected acceptance, the draft's end marked where the chain runs on.
         for (i, c) in chain.iter().enumerate() {
@@ -56,10 +71,10 @@ fn a_trace_has_a_line_per_step_of_the_first_row_and_sums_up_where_drafts_and_cha
         }
         // The recording's text and the chain's, quoted; a chain that is right throughout spells the recording's start.
         let quoted = |t: &str| t.len() >= 2 && t.starts_with('"') && t.ends_with('"');
-        assert!(quoted(s[6]) && quoted(s[7]), "{s:?}");
-        assert_eq!(s[7] == "\"\"", chain.is_empty(), "{s:?}");
-        if right == chain.len() && right > 0 && !s[7].contains('\u{fffd}') {
-            assert!(s[6].starts_with(s[7].trim_end_matches('"')), "{s:?}");
+        assert!(quoted(s[7]) && quoted(s[8]), "{s:?}");
+        assert_eq!(s[8] == "\"\"", chain.is_empty(), "{s:?}");
+        if right == chain.len() && right > 0 && !s[8].contains('\u{fffd}') {
+            assert!(s[7].starts_with(s[8].trim_end_matches('"')), "{s:?}");
         }
     }
     assert_eq!(steps.iter().map(|s| num(s, 0)).max(), Some(1), "both recordings");
@@ -67,6 +82,9 @@ fn a_trace_has_a_line_per_step_of_the_first_row_and_sums_up_where_drafts_and_cha
     assert!(summary.contains(&format!("({} steps)", steps.len())), "{summary}");
     let wasted: usize = steps.iter().map(|s| num(s, 2).saturating_sub(num(s, 4))).sum();
     assert!(summary.contains("drafted past the right run: ") && summary.contains(&format!("({wasted} tokens, ")), "{summary}");
+    let (in_chain, beyond) = summary.split_once("did not keep: ").and_then(|(_, t)| t.split_once(" in the chain, ")).unwrap_or_else(|| panic!("{summary}"));
+    let beyond: usize = beyond.trim_end_matches(" beyond it").parse().unwrap();
+    assert_eq!(in_chain.parse::<usize>().unwrap() + beyond, missed, "{summary}");
 }
 
 #[test]

@@ -6,8 +6,8 @@ use kolm_rsd::draft::control::{BetaModel, DEFAULT_BETA_PRIOR, INVARIANT_DRAFT};
 use kolm_rsd::draft::syntax::TokenTexts;
 use kolm_rsd::draft::step::Layout;
 use kolm_rsd::draft::{Context, Drafter, DrafterConfig};
-use kolm_rsd::llama::{self, Model, ModelOptions};
-use kolm_rsd::replay::{oracle, replay, replay_batched, replay_traced, right_proposals, NgramSimple, Oracle, Recorded, Replayed, Step};
+use kolm_rsd::llama::{Model, ModelOptions};
+use kolm_rsd::replay::{model_key, oracle, replay, replay_batched, replay_traced, right_proposals, right_run, NgramSimple, Oracle, Recorded, Recordings, Replayed, Step};
 use kolm_rsd::live::{Live, LiveConfig};
 use kolm_rsd::pack::MAX_N;
 use kolm_rsd::shape::ShapeTable;
@@ -50,16 +50,46 @@ pub struct ReplayArgs {
     #[arg(long, value_name = "LITERAL,SHAPE", default_value = "8,6", value_parser = context_lengths)]
     live_n: Vec<(usize, usize)>,
     /// Write the first row's steps to this file (tab-separated: recording, position, drafted, accepted, how
-    /// many of the chain's first tokens the recording has next, the chain: each token's evidence and the
+    /// many of the chain's first tokens the recording has next, how long a run the oracle drafts there, the chain:
+    /// each token's evidence and the
     /// acceptance expected of it, `|` where the draft ended; then the text the recording has next and the
     /// chain's text, quoted), and sum up where the drafter and its chain part.
     #[arg(long, value_name = "FILE")]
     trace: Option<PathBuf>,
+    /// Keep the greedy continuations in this file, and take from it those it has (the same model file, prompt
+    /// and --tokens): recording is what takes a replay minutes, so a drafter change can then be replayed in seconds.
+    #[arg(long, value_name = "FILE")]
+    recordings: Option<PathBuf>,
     /// Also serve the prompts this many at a time, each step one forward pass of every request's tokens as
     /// vLLM runs it (β = 1 + 0.04 per request beyond the first + 0.07 per drafted token, fitted on vLLM's step
     /// logs at eight clients, Qwen2.5-Coder-0.5B on this CPU); repeat the flag for one row each.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(2..=256))]
     clients: Vec<u16>,
+}
+
+/// The greedy continuations of `prompts` and `warm`: from `--recordings` where it has them, recorded otherwise (and
+/// then kept there).
+fn record(model: &Model, a: &ReplayArgs, longest: usize, prompts: Vec<Vec<i32>>, warm: Vec<Vec<i32>>) -> Result<(Vec<Recorded>, Vec<Recorded>), String> {
+    let key = model_key(&a.model)?;
+    let mut kept = a.recordings.as_deref().map(Recordings::load).transpose()?.unwrap_or_default();
+    let missing = prompts.iter().chain(&warm).filter(|p| kept.get(&key, a.tokens, p).is_none()).count();
+    if missing > 0 {
+        eprintln!("recording {missing} greedy continuations of {} tokens …", a.tokens);
+        let mut teacher = Teacher::new(model, 1, longest + a.tokens + 8, 0).map_err(|e| e.to_string())?;
+        for p in prompts.iter().chain(&warm) {
+            if kept.get(&key, a.tokens, p).is_none() {
+                let output = teacher.greedy(p, a.tokens).map_err(|e| e.to_string())?;
+                kept.put(&key, a.tokens, p, &output);
+            }
+        }
+        if let Some(path) = &a.recordings {
+            kept.save(path)?;
+        }
+    }
+    let runs = |ps: Vec<Vec<i32>>| -> Vec<Recorded> {
+        ps.into_iter().map(|prompt| Recorded { output: kept.get(&key, a.tokens, &prompt).unwrap_or_default().to_vec(), prompt, ..Recorded::default() }).collect()
+    };
+    Ok((runs(prompts), runs(warm)))
 }
 
 fn context_lengths(v: &str) -> Result<(usize, usize), String> {
@@ -87,13 +117,7 @@ pub fn run(a: &ReplayArgs) -> CliResult {
         return Err(format!("{}: --live {n_warm} asks for more training prompts than its {}", a.workload, warm.len()).into());
     }
     let longest = prompts.iter().chain(&warm).map(Vec::len).max().ok_or_else(|| format!("{}: no held-out prompts", a.workload))?;
-    eprintln!("recording {} greedy continuations of {} tokens …", prompts.len() + warm.len(), a.tokens);
-    let mut teacher = Teacher::new(&model, 1, longest + a.tokens + 8, 0)?;
-    let mut record = |prompts: Vec<Vec<i32>>| -> Result<Vec<Recorded>, llama::LlamaError> {
-        prompts.into_iter().map(|prompt| Ok(Recorded { output: teacher.greedy(&prompt, a.tokens)?, prompt, ..Recorded::default() })).collect()
-    };
-    let mut runs = record(prompts)?;
-    let warm = record(warm)?;
+    let (mut runs, warm) = record(&model, a, longest, prompts, warm)?;
     if a.prediction {
         // Tokenized as the server's patch does: the content alone, no special tokens.
         for (r, p) in runs.iter_mut().zip(&held) {
@@ -157,10 +181,14 @@ pub fn run(a: &ReplayArgs) -> CliResult {
             }
             match trace.take() {
                 Some(mut t) => {
+                    let right = right_proposals(index.as_ref(), Some(&texts), &cfg, &runs);
                     let r = replay_traced(&mut d, &runs, INVARIANT_DRAFT, beta, 1e6, |s| {
                         let r = &runs[s.run];
-                        let next = r.output.get(s.position - r.prompt.len()..).unwrap_or_default();
-                        t.step(s, next, &texts, beta)
+                        let done = s.position - r.prompt.len();
+                        let next = r.output.get(done..).unwrap_or_default();
+                        // right[i] is about output[i + 1]: the oracle's run from the token this step drafts first.
+                        let oracle = right_run(&right[s.run], done - 1, INVARIANT_DRAFT);
+                        t.step(s, oracle, next, &texts, beta)
                     });
                     traced = Some(t.finish(r.1.cost)?);
                     row(&label, r);
@@ -244,13 +272,17 @@ struct Trace<'p> {
     wasted: (usize, usize),
     /// Verify cost (plain steps) of the tokens past the right runs.
     wasted_cost: f64,
+    /// Right tokens the oracle drafted and the step did not keep: where the chain had them (the control cut it
+    /// short or declined it), and beyond the chain (built only a token past where drafting may pay, or as far as
+    /// its evidence went).
+    missed: (usize, usize),
 }
 
 impl<'p> Trace<'p> {
     fn create(path: &'p Path) -> Result<Trace<'p>, String> {
         let file = std::fs::File::create(path).map_err(|e| format!("{}: cannot write the trace: {e}", path.display()))?;
-        let mut t = Trace { path, out: std::io::BufWriter::new(file), error: None, steps: 0, declined: (0, 0), short: (0, 0), wasted: (0, 0), wasted_cost: 0.0 };
-        t.write(format_args!("recording\tposition\tdrafted\taccepted\tright\tchain\tnext\tproposed\n"));
+        let mut t = Trace { path, out: std::io::BufWriter::new(file), error: None, steps: 0, declined: (0, 0), short: (0, 0), wasted: (0, 0), wasted_cost: 0.0, missed: (0, 0) };
+        t.write(format_args!("recording\tposition\tdrafted\taccepted\tright\toracle\tchain\tnext\tproposed\n"));
         Ok(t)
     }
 
@@ -260,9 +292,13 @@ impl<'p> Trace<'p> {
         }
     }
 
-    /// One step, on the clock `beta`; `next`: the recording's tokens from where the draft starts.
-    fn step(&mut self, s: Step, next: &[i32], texts: &TokenTexts, beta: &dyn Fn(usize) -> f64) {
+    /// One step, on the clock `beta`; `oracle`: the run the oracle drafts here; `next`: the recording's tokens from
+    /// where the draft starts.
+    fn step(&mut self, s: Step, oracle: usize, next: &[i32], texts: &TokenTexts, beta: &dyn Fn(usize) -> f64) {
         self.steps += 1;
+        let had = oracle.min(s.right).saturating_sub(s.accepted);
+        self.missed.0 += had;
+        self.missed.1 += oracle.saturating_sub(s.accepted) - had;
         let add = |(n, k): &mut (usize, usize), x: usize| (*n, *k) = (*n + 1, *k + x);
         match (s.drafted, s.right) {
             (0, r) if r > 0 => add(&mut self.declined, r),
@@ -283,12 +319,13 @@ impl<'p> Trace<'p> {
         // As far as the chain or the draft reached, and one token past: where they part from the recording.
         let shown = &next[..next.len().min(s.chain.len().max(s.drafted) + 1)];
         self.write(format_args!(
-            "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\n",
+            "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\n",
             s.run,
             s.position,
             s.drafted,
             s.accepted,
             s.right,
+            oracle,
             chain.join("; "),
             text(texts, shown),
             text(texts, &proposed)
@@ -303,7 +340,8 @@ impl<'p> Trace<'p> {
         }
         Ok(format!(
             "trace of the first row: {} ({} steps). Declined where the chain's first token was right: {} steps ({} right tokens); \
-             drafted fewer than the chain had right: {} steps ({} tokens); drafted past the right run: {} drafts ({} tokens, {:.1} plain steps of verify cost, {:.1}% of the run's)",
+             drafted fewer than the chain had right: {} steps ({} tokens); drafted past the right run: {} drafts ({} tokens, {:.1} plain steps of verify cost, {:.1}% of the run's); \
+             right tokens the oracle drafted and the step did not keep: {} in the chain, {} beyond it",
             self.path.display(),
             self.steps,
             self.declined.0,
@@ -313,7 +351,9 @@ impl<'p> Trace<'p> {
             self.wasted.0,
             self.wasted.1,
             self.wasted_cost,
-            100.0 * self.wasted_cost / cost.max(1e-9)
+            100.0 * self.wasted_cost / cost.max(1e-9),
+            self.missed.0,
+            self.missed.1
         ))
     }
 }
