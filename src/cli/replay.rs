@@ -51,9 +51,8 @@ pub struct ReplayArgs {
     live_n: Vec<(usize, usize)>,
     /// Write the first row's steps to this file (tab-separated: recording, position, drafted, accepted, how
     /// many of the chain's first tokens the recording has next, how long a run the oracle drafts there, the chain:
-    /// each token's evidence and the
-    /// acceptance expected of it, `|` where the draft ended; then the text the recording has next and the
-    /// chain's text, quoted), and sum up where the drafter and its chain part.
+    /// each token's evidence and the acceptance expected of it, `|` where the draft ended; then the text the
+    /// recording has next and the chain's text, quoted), and sum up where the drafter and its chain part.
     #[arg(long, value_name = "FILE")]
     trace: Option<PathBuf>,
     /// Keep the greedy continuations in this file, and take from it those it has (the same model file, prompt
@@ -72,15 +71,13 @@ pub struct ReplayArgs {
 fn record(model: &Model, a: &ReplayArgs, longest: usize, prompts: Vec<Vec<i32>>, warm: Vec<Vec<i32>>) -> Result<(Vec<Recorded>, Vec<Recorded>), String> {
     let key = model_key(&a.model)?;
     let mut kept = a.recordings.as_deref().map(Recordings::load).transpose()?.unwrap_or_default();
-    let missing = prompts.iter().chain(&warm).filter(|p| kept.get(&key, a.tokens, p).is_none()).count();
-    if missing > 0 {
-        eprintln!("recording {missing} greedy continuations of {} tokens …", a.tokens);
+    let missing: Vec<&Vec<i32>> = prompts.iter().chain(&warm).filter(|p| kept.get(&key, a.tokens, p).is_none()).collect();
+    if !missing.is_empty() {
+        eprintln!("recording {} greedy continuations of {} tokens …", missing.len(), a.tokens);
         let mut teacher = Teacher::new(model, 1, longest + a.tokens + 8, 0).map_err(|e| e.to_string())?;
-        for p in prompts.iter().chain(&warm) {
-            if kept.get(&key, a.tokens, p).is_none() {
-                let output = teacher.greedy(p, a.tokens).map_err(|e| e.to_string())?;
-                kept.put(&key, a.tokens, p, &output);
-            }
+        for p in missing {
+            let output = teacher.greedy(p, a.tokens).map_err(|e| e.to_string())?;
+            kept.put(&key, a.tokens, p, &output);
         }
         if let Some(path) = &a.recordings {
             kept.save(path)?;

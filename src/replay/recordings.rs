@@ -22,6 +22,12 @@ struct Entry {
     output: Vec<i32>,
 }
 
+impl Entry {
+    fn is(&self, model: &str, tokens: usize, prompt: &[i32]) -> bool {
+        self.model == model && self.tokens == tokens && self.prompt == prompt
+    }
+}
+
 impl Recordings {
     /// The recordings in `path`; none if it does not exist yet. A file that cannot be read or parsed is an error
     /// that names it: it is the user's, and overwriting it would lose it.
@@ -41,12 +47,12 @@ impl Recordings {
 
     /// The continuation of `prompt` that `model` recorded with a budget of `tokens`.
     pub fn get(&self, model: &str, tokens: usize, prompt: &[i32]) -> Option<&[i32]> {
-        self.entries.iter().find(|e| e.model == model && e.tokens == tokens && e.prompt == prompt).map(|e| e.output.as_slice())
+        self.entries.iter().find(|e| e.is(model, tokens, prompt)).map(|e| e.output.as_slice())
     }
 
     /// Keeps a new recording (replacing one under the same key).
     pub fn put(&mut self, model: &str, tokens: usize, prompt: &[i32], output: &[i32]) {
-        self.entries.retain(|e| !(e.model == model && e.tokens == tokens && e.prompt == prompt));
+        self.entries.retain(|e| !e.is(model, tokens, prompt));
         self.entries.push(Entry { model: model.into(), tokens, prompt: prompt.into(), output: output.into() });
     }
 }
