@@ -61,31 +61,38 @@ struct Track {
     /// Where the answer left its copy: the position of the token it did not copy, and of its own instead in
     /// the answer's mirror.
     left: Option<(usize, usize)>,
+    /// Aligned by a match that reaches back into the prompt (at the answer's start, the prompt's tail that a
+    /// prediction is indexed after) and not yet followed: leaving it is the answer's preamble (a code fence
+    /// before the predicted code), not an edit of the text. Learned as one, an insertion after the tail's last
+    /// token (a newline) was proposed at every line end the copy reached.
+    fresh: bool,
 }
 
 impl Track {
-    /// The answer (`hist`, the mirror so far) takes `x`; `src` is the text it copies, `find` the copy of the
-    /// answer's end in it, and `own`: `src` is the mirror itself. Returns the edit (anchor, from, to) the
-    /// answer closed with `x`, if any.
-    fn step(&mut self, src: &[i32], hist: &[i32], x: i32, own: bool, find: impl FnOnce() -> Option<Copy>) -> Option<(i32, Vec<i32>, Vec<i32>)> {
+    /// The answer (`hist`, the mirror so far, of which the last `written` tokens are the answer's) takes `x`;
+    /// `src` is the text it copies, `find` the copy of the answer's end in it, and `own`: `src` is the mirror
+    /// itself. Returns the edit (anchor, from, to) the answer closed with `x`, if any.
+    fn step(&mut self, src: &[i32], hist: &[i32], written: usize, x: i32, own: bool, find: impl FnOnce() -> Option<Copy>) -> Option<(i32, Vec<i32>, Vec<i32>)> {
         let i = hist.len();
         if self.aligned.is_none() && self.left.is_none() {
-            self.aligned = find().filter(|c| c.len >= ALIGN).map(|c| c.pos);
+            let c = find().filter(|c| c.len >= ALIGN);
+            (self.aligned, self.fresh) = (c.map(|c| c.pos), c.is_some_and(|c| c.len > written));
         }
         if let Some(p) = self.aligned {
             let copied = src.get(p) == Some(&x);
             self.aligned = copied.then_some(p + 1);
             // Past the end of a prediction there is nothing to come back to.
-            self.left = (!copied && p < src.len()).then_some((p, i));
+            self.left = (!copied && p < src.len() && !self.fresh).then_some((p, i));
+            self.fresh = false;
             return None;
         }
         let (s0, ans) = self.left?;
-        let written = i + 1 - ans;
-        if written > MAX_SPAN + RESYNC {
+        let edited = i + 1 - ans;
+        if edited > MAX_SPAN + RESYNC {
             self.left = None;
             return None;
         }
-        if written < RESYNC {
+        if edited < RESYNC {
             return None;
         }
         // The answer's last RESYNC tokens are the copied text again, at most MAX_SPAN tokens after it left (the
@@ -106,12 +113,14 @@ pub struct Rewrites {
     tracks: [Track; 2],
     /// Mirror position of the answer's next token; another one is a rollback.
     next: usize,
+    /// Mirror position of the answer's first token.
+    start: usize,
 }
 
 impl Rewrites {
     /// A new answer starting at mirror position `start` (after the prompt).
     pub fn reset(&mut self, start: usize) {
-        *self = Rewrites { next: start, ..Rewrites::default() };
+        *self = Rewrites { next: start, start, ..Rewrites::default() };
     }
 
     /// The answer's next token `x`, before the mirror `own` takes it: against the request's own text (when
@@ -126,11 +135,12 @@ impl Rewrites {
         }
         self.next = hist.len() + 1;
         let mut learned = [None, None];
+        let written = hist.len().saturating_sub(self.start);
         if use_own {
-            learned[0] = self.tracks[0].step(hist, hist, x, true, || own.find_last(hist, ALIGN));
+            learned[0] = self.tracks[0].step(hist, hist, written, x, true, || own.find_last(hist, ALIGN));
         }
         if let Some(p) = pred {
-            learned[1] = self.tracks[1].step(p.tokens(), hist, x, false, || p.find_last(hist, ALIGN));
+            learned[1] = self.tracks[1].step(p.tokens(), hist, written, x, false, || p.find_last(hist, ALIGN));
         }
         for (anchor, from, to) in learned.into_iter().flatten() {
             let mut rule = Rule { anchor, from, to, sites: Default::default() };
@@ -215,6 +225,30 @@ mod tests {
         // Sites: after each 21 of the prompt, not after the answer's, which the new text already follows.
         assert_eq!(r.rules()[0], Rule { anchor: 21, from: vec![], to: vec![60, 61], sites: [vec![6, 14], vec![]] });
         assert!(r.at(c.tokens(), 14).is_some());
+    }
+
+    /// A prediction indexed after the prompt's tail, as `Prediction` does, and the rewrites learned from an
+    /// answer that copies only it.
+    fn learned_from_prediction(predicted: &[i32], answer: &[i32]) -> Rewrites {
+        let mut c = ContextIndex::new(8);
+        c.reset(&PROMPT);
+        let pred = c.sibling(&[&PROMPT[..], predicted].concat());
+        let mut r = Rewrites::default();
+        r.reset(PROMPT.len());
+        let mut hist = c.tokens().to_vec();
+        hist.extend_from_slice(&answer[..answer.len() - 1]);
+        c.sync_each(&hist, answer[answer.len() - 1], |c, x| r.observe(c, Some(&pred), false, x));
+        r
+    }
+
+    #[test]
+    fn a_preamble_before_the_predicted_text_is_not_an_edit_of_it() {
+        let predicted = [60, 61, 62, 63, 64, 65, 66];
+        // A fence (90 91) before the predicted text: no insertion after the prompt's last token.
+        assert!(learned_from_prediction(&predicted, &[90, 91, 60, 61, 62, 63, 64]).rules().is_empty());
+        // An edit inside the predicted text still is one.
+        let r = learned_from_prediction(&predicted, &[60, 61, 62, 95, 64, 65, 66]);
+        assert_eq!((r.rules()[0].anchor, &r.rules()[0].from[..], &r.rules()[0].to[..]), (62, &[63][..], &[95][..]));
     }
 
     #[test]
