@@ -46,11 +46,12 @@ pub enum ConfigKind {
     Live,
     LiveKept,
     Predict,
+    PackPredict,
 }
 
 impl ConfigKind {
     /// Every configuration, in report order.
-    pub const ALL: [ConfigKind; 15] = [
+    pub const ALL: [ConfigKind; 16] = [
         ConfigKind::None,
         ConfigKind::NgramSimple,
         ConfigKind::NgramMapK,
@@ -66,6 +67,7 @@ impl ConfigKind {
         ConfigKind::Live,
         ConfigKind::LiveKept,
         ConfigKind::Predict,
+        ConfigKind::PackPredict,
     ];
 
     pub fn name(self) -> &'static str {
@@ -85,6 +87,7 @@ impl ConfigKind {
             ConfigKind::Live => "kolm-live",
             ConfigKind::LiveKept => "kolm-live-kept",
             ConfigKind::Predict => "kolm-predict",
+            ConfigKind::PackPredict => "kolm-pack+predict",
         }
     }
 
@@ -107,12 +110,12 @@ impl ConfigKind {
     }
 
     pub fn needs_pack(self) -> bool {
-        matches!(self, ConfigKind::Pack | ConfigKind::PackContext | ConfigKind::PackShortlist)
+        matches!(self, ConfigKind::Pack | ConfigKind::PackContext | ConfigKind::PackShortlist | ConfigKind::PackPredict)
     }
 
     /// Sends each prompt's code block as the request's `prediction` (OpenAI's predicted outputs).
     pub fn sends_prediction(self) -> bool {
-        self == ConfigKind::Predict
+        matches!(self, ConfigKind::Predict | ConfigKind::PackPredict)
     }
 
     /// Drafts with a second model (its cost enters the ceiling as d).
@@ -266,6 +269,13 @@ fn plan_one(kind: ConfigKind, a: &Assets) -> Planned {
         // the answer's own text, as such a request would have), nothing learned from earlier requests, so the row
         // measures what the prediction gives.
         ConfigKind::Predict => a.predictions.clone().and_then(|()| kolm(vec![plugin_keys::PACK_OFF.into(), plugin_keys::CONTEXT_ANSWER.into(), "live=off".into()], None)),
+        // `kolm-pack+ctx` with the code in the prediction instead of the prompt: the pack, copies of the prediction
+        // and of the answer's own text, and the live index, as a server with a compiled pack serves such requests.
+        ConfigKind::PackPredict => a
+            .predictions
+            .clone()
+            .and_then(|()| a.pack.clone())
+            .and_then(|p| kolm(vec![format!("pack={}", p.display()), plugin_keys::CONTEXT_ANSWER.into()], None)),
         ConfigKind::Shortlist => model_only(Some(a.shortlist.clone()), false),
         ConfigKind::ShortlistFixed => model_only(Some(a.shortlist.clone()), true),
         ConfigKind::FullHeadFixed => model_only(None, true),
@@ -338,8 +348,14 @@ mod tests {
             Planned::Run(c) => assert_eq!(c.plugin_arg.as_deref(), Some("pack=off,context=answer,live=off,misslog=off")),
             other => panic!("{other:?}"),
         }
-        let none = plan(&[ConfigKind::Predict], &Assets { predictions: Err("no code".into()), ..assets() });
-        assert!(matches!(&none[0], Planned::Skip { reason, .. } if reason == "no code"));
+        match get(ConfigKind::PackPredict) {
+            Planned::Run(c) => assert_eq!(c.plugin_arg.as_deref(), Some("pack=/o/m.recipes.json,context=answer,live=mem,misslog=off")),
+            other => panic!("{other:?}"),
+        }
+        let none = plan(&[ConfigKind::Predict, ConfigKind::PackPredict], &Assets { predictions: Err("no code".into()), ..assets() });
+        assert!(none.iter().all(|p| matches!(p, Planned::Skip { reason, .. } if reason == "no code")));
+        let none = plan(&[ConfigKind::PackPredict], &Assets { pack: Err("no pack".into()), ..assets() });
+        assert!(matches!(&none[0], Planned::Skip { reason, .. } if reason == "no pack"));
         match get(ConfigKind::PackContext) {
             Planned::Run(c) => assert_eq!(c.plugin_arg.as_deref(), Some("pack=/o/m.recipes.json,live=mem,misslog=off")),
             other => panic!("{other:?}"),

@@ -23,7 +23,7 @@ pub struct BenchArgs {
     workloads: Option<Vec<String>>,
     /// Configurations (default: all): none, ngram-simple, ngram-map-k, ngram-mod, ngram-cache, draft-simple,
     /// kolm-pack, kolm-pack+ctx, kolm-shortlist, kolm-pack+shortlist, kolm-shortlist-fixed, kolm-fullhead-fixed,
-    /// kolm-live (no pack: copies and the live index), kolm-live-kept (the same, restarted after --warm), kolm-predict (each code-edit prompt's code as its `prediction`, copies of the answer's own text, no pack, no live index).
+    /// kolm-live (no pack: copies and the live index), kolm-live-kept (the same, restarted after --warm), kolm-predict (each code-edit prompt's code as its `prediction`, copies of the answer's own text, no pack, no live index), kolm-pack+predict (the same with the pack and the live index: kolm-pack+ctx with the code in the prediction).
     #[arg(long)]
     configs: Option<String>,
     /// Tokens generated per request (greedy).
