@@ -192,14 +192,17 @@ impl<'a> Copying<'a> {
         let hist = own.tokens();
         let base = |from, at, predicted| Copying { from, at, predicted, answer_start, rules, rewriting: None };
         let copy = |from: &'a ContextIndex, at, predicted| base(from, at, predicted).rewrite();
+        // Where the answer is copying a text, that copy goes on unless another match is longer.
+        let followed = |ix: &'a ContextIndex, text, predicted| copy(ix, ix.follow(rules.following(text)?, hist, drafted, min_n)?, predicted);
         let p = pred.and_then(|ix| copy(ix, ix.find_after(hist, drafted, min_n)?, true));
+        let p = longer(p, pred.and_then(|ix| followed(ix, Text::Predicted, true)));
         let p = longer(p, pred.and_then(|ix| Copying::undone(base(ix, Copy::default(), true), hist, drafted, min_n)));
         // Rewrites of the own text are tracked against the prompt, which an answer-only copy does not read.
         let o = match use_own {
             Context::Off => None,
             Context::Answer => own.find_from(drafted, min_n, answer_start).and_then(|at| copy(own, at, false)),
             Context::All => longer(
-                own.find(drafted, min_n).and_then(|at| copy(own, at, false)),
+                longer(own.find(drafted, min_n).and_then(|at| copy(own, at, false)), followed(own, Text::Own, false)),
                 Copying::undone(base(own, Copy::default(), false), hist, drafted, min_n),
             ),
         };

@@ -167,6 +167,22 @@ impl ContextIndex {
         })
     }
 
+    /// The copy at position `q` of this text, which the answer (`hist`, ending in the token before `q`) was copying
+    /// there, continued through `drafted`; its match measured back as [`find`](Self::find) measures, at least
+    /// `min_n` tokens. A text that repeats (a function's doctests, a list of calls) keeps only its latest occurrence
+    /// of each n-gram in the map, so the copy the answer follows is found here, not there.
+    pub fn follow(&self, q: usize, hist: &[i32], drafted: &[i32], min_n: usize) -> Option<Copy> {
+        let t = &self.tokens;
+        let pos = q + drafted.len();
+        if pos >= t.len() || !t[q..pos].iter().zip(drafted).all(|(&a, &b)| self.key(a) == self.key(b)) {
+            return None;
+        }
+        let (past, len) = (hist.len(), hist.len() + drafted.len());
+        let at = |i: usize| self.key(if i < past { hist[i] } else { drafted[i - past] });
+        let n = (0..MAX_MATCH.min(pos).min(len)).take_while(|&k| self.key(t[pos - 1 - k]) == at(len - 1 - k)).count();
+        (n >= min_n.max(1)).then_some(Copy { pos, len: n, ambiguous: false })
+    }
+
     /// The token a copy proposes.
     #[inline]
     pub fn token(&self, c: Copy) -> i32 {
@@ -283,6 +299,19 @@ mod tests {
             assert_eq!(c.find(&drafted, min_n), naive(&mirror, &drafted, max_n, min_n), "{mirror:?} + {drafted:?}, n {min_n}..={max_n}");
             assert_eq!(c.find_last(&mirror, min_n), naive(&mirror, &[], min_n, min_n), "{mirror:?}, n {min_n}");
         }
+    }
+
+    #[test]
+    fn the_copy_the_answer_follows_goes_on_where_the_map_holds_a_later_occurrence() {
+        // Two doctests `7 1 2 3` and `8 1 2 4`: the map keeps the later `1 2 → 4`; an answer copying the first
+        // (its next token at position 3, after `7 1`) goes on with 2 3, its match measured back as `find` measures it.
+        let p = ctx(&[9, 7, 1, 2, 3, 8, 1, 2, 4], 2);
+        assert_eq!(p.token(p.find_after(&[5, 7, 1, 2], &[], 2).unwrap()), 4);
+        let x = p.follow(3, &[5, 7, 1], &[2], 2).unwrap();
+        assert_eq!((p.token(x), x.len, x.ambiguous), (3, 3, false));
+        assert_eq!(p.follow(3, &[5, 7, 1], &[6], 1), None, "the draft left the copy");
+        assert_eq!(p.follow(4, &[5, 0, 0], &[], 1), None, "the history does not end in the copied text");
+        assert_eq!(p.follow(8, &[1, 2], &[4], 1), None, "past the text's end");
     }
 
     #[test]

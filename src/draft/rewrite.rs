@@ -155,6 +155,11 @@ impl Rewrites {
         }
     }
 
+    /// The position of `text` the answer copies next, while it copies it.
+    pub fn following(&self, text: Text) -> Option<usize> {
+        self.tracks[text as usize].aligned
+    }
+
     #[cfg(test)]
     fn rules(&self) -> &[Rule] {
         &self.rules
