@@ -159,11 +159,7 @@ impl ContextIndex {
             if p >= m || p < k + floor || (1..=k).any(|j| self.key(self.tokens[p - j]) != at(len - j)) {
                 return None;
             }
-            let mut n = k;
-            while n < MAX_MATCH && n < p && n < len && self.key(self.tokens[p - n - 1]) == at(len - n - 1) {
-                n += 1;
-            }
-            Some(Copy { pos: p, len: n, ambiguous: seen > 1 })
+            Some(Copy { pos: p, len: self.matched_back(p, len, at, k), ambiguous: seen > 1 })
         })
     }
 
@@ -179,8 +175,17 @@ impl ContextIndex {
         }
         let (past, len) = (hist.len(), hist.len() + drafted.len());
         let at = |i: usize| self.key(if i < past { hist[i] } else { drafted[i - past] });
-        let n = (0..MAX_MATCH.min(pos).min(len)).take_while(|&k| self.key(t[pos - 1 - k]) == at(len - 1 - k)).count();
+        let n = self.matched_back(pos, len, at, 0);
         (n >= min_n.max(1)).then_some(Copy { pos, len: n, ambiguous: false })
+    }
+
+    /// How many tokens before `pos` equal the last ones of a history of `len` tokens (`at(i)` the i-th, as
+    /// matched), the first `n` known to, counted up to [`MAX_MATCH`]: how far a copy from `pos` can be trusted.
+    fn matched_back(&self, pos: usize, len: usize, at: impl Fn(usize) -> i32, mut n: usize) -> usize {
+        while n < MAX_MATCH && n < pos && n < len && self.key(self.tokens[pos - n - 1]) == at(len - n - 1) {
+            n += 1;
+        }
+        n
     }
 
     /// The token a copy proposes.
