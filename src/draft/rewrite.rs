@@ -61,11 +61,6 @@ struct Track {
     /// Where the answer left its copy: the position of the token it did not copy, and of its own instead in
     /// the answer's mirror.
     left: Option<(usize, usize)>,
-    /// Aligned by a match that reaches back into the prompt (at the answer's start, the prompt's tail that a
-    /// prediction is indexed after) and not yet followed: leaving it is the answer's preamble (a code fence
-    /// before the predicted code), not an edit of the text. Learned as one, an insertion after the tail's last
-    /// token (a newline) was proposed at every line end the copy reached.
-    fresh: bool,
 }
 
 impl Track {
@@ -74,16 +69,20 @@ impl Track {
     /// itself. Returns the edit (anchor, from, to) the answer closed with `x`, if any.
     fn step(&mut self, src: &[i32], hist: &[i32], written: usize, x: i32, own: bool, find: impl FnOnce() -> Option<Copy>) -> Option<(i32, Vec<i32>, Vec<i32>)> {
         let i = hist.len();
+        // Aligned just now by a match that reaches back into the prompt (at the answer's start, the prompt's tail
+        // that a prediction is indexed after): leaving it at once is the answer's preamble (a code fence before the
+        // predicted code), not an edit of the text. Learned as one, an insertion after the tail's last token (a
+        // newline) was proposed at every line end the copy reached.
+        let mut fresh = false;
         if self.aligned.is_none() && self.left.is_none() {
             let c = find().filter(|c| c.len >= ALIGN);
-            (self.aligned, self.fresh) = (c.map(|c| c.pos), c.is_some_and(|c| c.len > written));
+            (self.aligned, fresh) = (c.map(|c| c.pos), c.is_some_and(|c| c.len > written));
         }
         if let Some(p) = self.aligned {
             let copied = src.get(p) == Some(&x);
             self.aligned = copied.then_some(p + 1);
             // Past the end of a prediction there is nothing to come back to.
-            self.left = (!copied && p < src.len() && !self.fresh).then_some((p, i));
-            self.fresh = false;
+            self.left = (!copied && p < src.len() && !fresh).then_some((p, i));
             return None;
         }
         let (s0, ans) = self.left?;
