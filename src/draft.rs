@@ -42,6 +42,7 @@ use class::{Class, Source, N_CLASSES};
 use control::{best_length, Acceptance, BetaModel, Rates, Verify, MAX_DRAFT};
 use gate::{Arm, Clock, Gate, GateConfig};
 use miss::Pending;
+use prediction::Coda;
 use seq::Seq;
 use step::Rounds;
 use syntax::TokenTexts;
@@ -97,6 +98,8 @@ pub struct Drafter {
     stepped: bool,
     stepped_price: Option<f64>,
     price_steps: bool,
+    /// What answers wrote after repeating their prediction, drafted after the next one's end.
+    coda: Coda,
 }
 
 impl Drafter {
@@ -123,6 +126,7 @@ impl Drafter {
             stepped: false,
             stepped_price: None,
             price_steps: false,
+            coda: Coda::default(),
         }
     }
 
@@ -214,6 +218,12 @@ impl Drafter {
         let Some(s) = self.seqs.get_mut(seq) else {
             return;
         };
+        // The request this one replaces ends here: what its answer wrote after its prediction, as far as seen.
+        if let Some(predicted) = s.pred.tokens() {
+            let hist = s.ctx.tokens();
+            let answer: Vec<i32> = hist[s.answer.start().min(hist.len())..].iter().chain(&s.draft[..s.kept]).copied().collect();
+            self.coda.learn(predicted, &answer, self.texts.as_ref());
+        }
         s.restart(prompt, self.texts.as_ref());
         self.rounds.record(seq, 1, 1.0);
         // llama-server and vLLM call this right after the decode that evaluated the prompt.
@@ -240,7 +250,7 @@ impl Drafter {
             return;
         };
         let prompt = &s.ctx.tokens()[..s.answer.start().min(s.ctx.tokens().len())];
-        s.pred.set(&s.ctx, prompt, tokens);
+        s.pred.set(&s.ctx, prompt, tokens, &self.coda, self.texts.as_ref());
     }
 
     /// Predicted tokens of the current request on `seq` that the target kept and discarded in drafts.
@@ -294,6 +304,7 @@ impl Drafter {
         let verify = Verify::new(&self.beta, &shared);
         s.last_ns = Some(now_ns);
         s.awaiting_accept = false;
+        s.kept = 0;
         let before = s.ctx.tokens().len();
         let (rewrites, pred) = (&mut s.rewrites, s.pred.index());
         let kept = if cfg.context != Context::Off || pred.is_some() {
@@ -461,6 +472,7 @@ impl Drafter {
         s.awaiting_accept = false;
         let g = s.draft.len();
         let n = n_accepted.min(g);
+        s.kept = n;
         s.stats.tokens_accepted += n as u64;
         if s.chain_predicted != 0 {
             let (kept, discarded) = s.pred.observe(s.chain_predicted, g, n);
@@ -611,8 +623,16 @@ mod tests {
     /// Serves `answer` to `prompt` on `seq` one token a step, drafting with at most `n_max`; returns what was
     /// drafted and accepted (the target keeps a drafted token only where it is the answer's).
     fn serve(d: &mut Drafter, seq: usize, prompt: &[i32], answer: &[i32], n_max: usize) -> (u64, u64) {
+        serve_predicted(d, seq, prompt, &[], answer, n_max)
+    }
+
+    /// [`serve`] with a predicted output (none if empty).
+    fn serve_predicted(d: &mut Drafter, seq: usize, prompt: &[i32], prediction: &[i32], answer: &[i32], n_max: usize) -> (u64, u64) {
         let before = d.stats(seq).unwrap();
         d.begin(seq, prompt);
+        if !prediction.is_empty() {
+            d.predict(seq, prediction);
+        }
         let mut toks = prompt.to_vec();
         let mut out = Vec::new();
         let mut i = 0;
@@ -803,6 +823,41 @@ mod tests {
         d.begin(0, &prompt);
         assert_eq!(d.prediction_counts(0), Some((0, 0)));
         assert_eq!(d.propose(0, &prompt, 10, 15, 1, &mut out), 0);
+    }
+
+    #[test]
+    fn a_fenced_answer_copies_its_prediction_from_the_fence_s_next_line_and_closes_it_as_the_last_one_did() {
+        // Token texts: 0 the end of turn (a control token), 1 "```", 2 `python`, 3 a newline, 4 `]`, 5 `]\n`, words.
+        let mut vocab: Vec<Vec<u8>> = [&b"<|im_end|>"[..], b"```", b"python", b"\n", b"]", b"]\n"].map(<[u8]>::to_vec).into();
+        vocab.extend((6..40).map(|t| format!(" w{t}").into_bytes()));
+        let vocab: Vec<&[u8]> = vocab.iter().map(Vec::as_slice).collect();
+        let texts = TokenTexts::new(&vocab).with_control(|t| t == 0);
+        let drafter = || Drafter::new(None, DrafterConfig { adaptive: false, context: Context::Answer, ..DrafterConfig::default() }).with_texts(texts.clone());
+        // The model fences the code it was given bare: ```python, a newline, the code, its last `]` as `]\n`, ```.
+        let prompt = [6, 7, 8];
+        let fenced = |code: &[i32]| -> Vec<i32> { [1, 2, 3].iter().chain(&code[..code.len() - 1]).chain(&[5, 1, 0]).copied().collect() };
+        let (first, second) = ([10, 11, 12, 13, 14, 15, 4], [20, 21, 22, 23, 24, 25, 4]);
+        let propose = |d: &mut Drafter, written: &[i32]| {
+            let mut toks: Vec<i32> = prompt.iter().chain(written).copied().collect();
+            let last = toks.pop().unwrap();
+            let mut out = Vec::new();
+            d.propose(0, &toks, last, 8, 0, &mut out);
+            out
+        };
+        let mut d = drafter();
+        d.begin(0, &prompt);
+        d.predict(0, &first);
+        assert!(propose(&mut d, &[1, 2]).is_empty(), "the fence's line is not the prediction's");
+        assert_eq!(propose(&mut d, &[1, 2, 3])[..3], [10, 11, 12], "on the fence's next line the prediction starts");
+        // Served whole, the first answer teaches the fence's close: the next prediction's end runs on into it.
+        serve_predicted(&mut d, 0, &prompt, &first, &fenced(&first), 8);
+        d.begin(0, &prompt);
+        d.predict(0, &second);
+        assert_eq!(propose(&mut d, &[1, 2, 3, 20, 21, 22, 23, 24, 25]), [5, 1], "`]` as `]\\n`, the close; no control token");
+        let mut fresh = drafter();
+        fresh.begin(0, &prompt);
+        fresh.predict(0, &second);
+        assert_eq!(propose(&mut fresh, &[1, 2, 3, 20, 21, 22, 23, 24, 25]), [4], "no answer seen: the prediction as it is");
     }
 
     #[test]

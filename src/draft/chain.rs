@@ -70,15 +70,24 @@ pub(super) fn build_chain(
             Some((h.token, Class::live(h.kind, h.count, h.confidence(), place)))
         });
         if copy.is_none() {
-            copy = Copying::find(&s.ctx, s.pred.index(), &s.rewrites, &s.scratch[keep..], cfg.ctx_min_n, cfg.context, s.answer.start());
+            // A line starts in the answer's opening, which has not copied the prediction yet: where the answer
+            // fences the predicted text, that text starts here.
+            let written = s.ctx.tokens().len() + s.chain.len() - s.answer.start().min(s.ctx.tokens().len());
+            let opening = written <= OPENING_LINES
+                && s.pred.accepted == 0
+                && s.rewrites.following(Text::Predicted).is_none()
+                && texts.zip(s.chain.last().map(|c| c.0).or(s.ctx.tokens().last().copied())).is_some_and(|(tx, t)| tx.get(t).ends_with(b"\n"))
+                && s.pred.index().is_some();
+            let pred = s.pred.index().map(|ix| (ix, opening.then(|| s.pred.start()).and_then(|p| first_text(ix.tokens(), p, texts))));
+            copy = Copying::find(&s.ctx, pred, &s.rewrites, &s.scratch[keep..], cfg.ctx_min_n, cfg.context, s.answer.start());
         }
         // A copy never proposes a control token: in the prompt those are the chat template's markers, which
         // the answer does not repeat (on HumanEval the copy of a docstring ran on into `<|im_end|>`).
         let copied = copy
             .map(|c| (c.token(), c.class(place)))
             .filter(|&(t, _)| !texts.is_some_and(|tx| tx.is_control(t)))
-            // A copy after a one-token match gives way to a recipe, and its agreeing with one is no evidence.
-            .filter(|&(_, c)| recipe.is_none() || !c.is_one_token());
+            // A copy after a one-token match (or none) gives way to a recipe, and its agreeing with one is no evidence.
+            .filter(|&(_, c)| recipe.is_none() || !c.is_unmatched());
         if i == 0 && pack.is_none() {
             uncovered = copied.map(|(t, _)| t);
         }
@@ -92,7 +101,7 @@ pub(super) fn build_chain(
         };
         listed = listed.filter(|&(k, j)| j + 1 < k.len()).map(|(k, j)| (k, j + 1));
         // A copy runs on while its tokens are taken; once the chain leaves it, the next token looks again.
-        let predicted = matches!((copy, next), (Some(c), Some((t, _))) if c.predicted && c.token() == t);
+        let predicted = matches!((copy, next), (Some(c), Some((t, _))) if c.predicted && c.token() == t && s.pred.is_predicted(c.at.pos));
         copy = match (copy, next) {
             (Some(c), Some((t, _))) if c.token() == t => c.advance(),
             _ => None,
@@ -165,6 +174,16 @@ impl<'a> Lookups<'a> {
     }
 }
 
+/// Position of the first token at or after `p` of `tokens` that is not a run of newlines (a line starts there).
+fn first_text(tokens: &[i32], p: usize, texts: Option<&TokenTexts>) -> Option<usize> {
+    let texts = texts?;
+    (p..tokens.len()).find(|&q| !texts.get(tokens[q]).iter().all(|&b| b == b'\n'))
+}
+
+/// Answer tokens within which a line's start may be where the answer starts to repeat its prediction: a code
+/// fence's line or a sentence before it, not an answer that went its own way.
+const OPENING_LINES: usize = 32;
+
 /// A copy being drafted, from the text it copies: the request's own or its prediction. A copy proposes,
 /// where it reaches a span the answer rewrote before, the answer's version ([`Rewrites`]) and runs on after
 /// the span.
@@ -173,6 +192,8 @@ struct Copying<'a> {
     from: &'a ContextIndex,
     at: Copy,
     predicted: bool,
+    /// The prediction's first token, proposed where a line of the answer's opening starts (no match behind it).
+    opening: bool,
     /// Mirror position of the answer's first token: a copy of the request's own text from here on copies
     /// what the answer wrote, not the prompt.
     answer_start: usize,
@@ -187,16 +208,24 @@ impl<'a> Copying<'a> {
     /// prediction (when there is one) or in the request's own text (as far as `use_own` allows), each read as
     /// it is or, where the history ends in an answer's rewrite, as the text that rewrite replaced; the
     /// prediction on a tie, as it is the caller's word on this very answer. The answer starts at
-    /// `answer_start` of the mirror.
-    fn find(own: &'a ContextIndex, pred: Option<&'a ContextIndex>, rules: &'a Rewrites, drafted: &[i32], min_n: usize, use_own: Context, answer_start: usize) -> Option<Copying<'a>> {
+    /// `answer_start` of the mirror. With the prediction comes where its text starts when the history ends a line
+    /// of the answer's opening: there, without a longer match in it, the prediction's first token is proposed.
+    fn find(own: &'a ContextIndex, pred: Option<(&'a ContextIndex, Option<usize>)>, rules: &'a Rewrites, drafted: &[i32], min_n: usize, use_own: Context, answer_start: usize) -> Option<Copying<'a>> {
         let hist = own.tokens();
-        let base = |from, at, predicted| Copying { from, at, predicted, answer_start, rules, rewriting: None };
+        let (pred, opening) = (pred.map(|p| p.0), pred.and_then(|p| p.1));
+        let base = |from, at, predicted| Copying { from, at, predicted, opening: false, answer_start, rules, rewriting: None };
         let copy = |from: &'a ContextIndex, at, predicted| base(from, at, predicted).rewrite();
         // Where the answer is copying a text, that copy goes on unless another match is longer.
         let followed = |ix: &'a ContextIndex, text, predicted| copy(ix, ix.follow(rules.following(text)?, hist, drafted, min_n)?, predicted);
         let p = pred.and_then(|ix| copy(ix, ix.find_after(hist, drafted, min_n)?, true));
         let p = longer(p, pred.and_then(|ix| followed(ix, Text::Predicted, true)));
         let p = longer(p, pred.and_then(|ix| Copying::undone(base(ix, Copy::default(), true), hist, drafted, min_n)));
+        let p = match (p, pred.zip(opening)) {
+            (p, Some((ix, pos))) if p.is_none_or(|c| c.at.len < 2) && pos < ix.tokens().len() => {
+                Some(Copying { opening: true, ..base(ix, Copy { pos, len: 1, ambiguous: false }, true) })
+            }
+            (p, _) => p,
+        };
         // Rewrites of the own text are tracked against the prompt, which an answer-only copy does not read.
         let o = match use_own {
             Context::Off => None,
@@ -254,6 +283,7 @@ impl<'a> Copying<'a> {
     fn class(self, place: Place) -> Class {
         match self.rewriting {
             Some(_) => Class::rewrite(place),
+            None if self.opening => Class::opening(place),
             None => Class::copy(self.at.len, self.at.ambiguous, !self.predicted && self.at.pos >= self.answer_start, place),
         }
     }
@@ -265,7 +295,7 @@ impl<'a> Copying<'a> {
                 let at = Copy { len: (self.at.len + 1).min(MAX_MATCH), ..self.at };
                 Copying { at, rewriting: Some((rule, j + 1)), ..self }.rewritten()
             }
-            None => Copying { at: self.from.advance(self.at)?, ..self }.rewrite(),
+            None => Copying { at: self.from.advance(self.at)?, opening: false, ..self }.rewrite(),
         }
     }
 }

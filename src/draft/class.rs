@@ -33,14 +33,16 @@ const SPLIT_BUCKETS: usize = 3;
 const ANSWER_BUCKETS: usize = 4;
 
 /// Kinds of evidence: literal ×3, shape ×3, the live index's literal ×3 and shape ×3, context copy × one per
-/// edge, ambiguous short copies, short copies of the answer, a copy after a one-token match, the next item of a
-/// list in the prompt, a copy a recipe agrees with, a rewrite the answer made before, draft model.
-pub const N_KINDS: usize = 3 + 3 + 6 + COPY_EDGES.len() + SPLIT_BUCKETS + ANSWER_BUCKETS + 1 + 1 + 1 + 1 + 1;
+/// edge, ambiguous short copies, short copies of the answer, a copy after a one-token match, the prediction's
+/// first token at a line of the answer's opening, the next item of a list in the prompt, a copy a recipe agrees
+/// with, a rewrite the answer made before, draft model.
+pub const N_KINDS: usize = 3 + 3 + 6 + COPY_EDGES.len() + SPLIT_BUCKETS + ANSWER_BUCKETS + 1 + 1 + 1 + 1 + 1 + 1;
 /// The first live kind, the first copy kind, and the first kind of short copies of the answer.
 const LIVE: usize = 6;
 const COPY: usize = 12;
 const ANSWER: usize = COPY + COPY_EDGES.len() + SPLIT_BUCKETS;
-const ONE_TOKEN: usize = N_KINDS - 5;
+const ONE_TOKEN: usize = N_KINDS - 6;
+const OPENING: usize = N_KINDS - 5;
 const LISTED: usize = N_KINDS - 4;
 const AGREED: usize = N_KINDS - 3;
 const REWRITE: usize = N_KINDS - 2;
@@ -68,14 +70,16 @@ pub fn layout() -> String {
 /// rewrite the answer made before starts as a long copy in code and a value (unmeasured: the rule's own
 /// acceptance is learned per class as any other).
 /// The live index's recipes (the target's own greedy answers to earlier requests, most seen once) start a
-/// little below the pack's. Each sequence then learns its own rates, and all sequences share theirs.
+/// little below the pack's. The prediction's first token where a line of the answer's opening starts is right
+/// where the answer fenced the predicted code (a guess: a fence's line is the usual preamble). Each sequence then
+/// learns its own rates, and all sequences share theirs.
 pub const DEFAULT_PRIOR: [f32; N_CLASSES] = flatten([
     // literal S/M/W, shape S/M/W, live literal S/M/W, live shape S/M/W,
     // copy 2, 3, 4–5, 6–8, 9–12, 13–20, 21+, ambiguous 2, 3, 4–5, answer's 2, 3, 4–5, 6–8,
-    // copy after one token, listed, agreed, rewrite, model
-    [0.7, 0.5, 0.35, 0.7, 0.25, 0.2, 0.65, 0.45, 0.3, 0.6, 0.25, 0.2, 0.6, 0.65, 0.7, 0.85, 0.85, 0.85, 0.9, 0.2, 0.25, 0.3, 0.35, 0.45, 0.6, 0.7, 0.2, 0.5, 0.93, 0.85, 0.7], // code
-    [0.8, 0.3, 0.2, 0.8, 0.25, 0.2, 0.75, 0.3, 0.2, 0.75, 0.25, 0.2, 0.1, 0.15, 0.2, 0.3, 0.5, 0.7, 0.9, 0.05, 0.1, 0.15, 0.1, 0.15, 0.2, 0.3, 0.05, 0.85, 0.5, 0.3, 0.7], // key
-    [0.35, 0.2, 0.1, 0.15, 0.1, 0.1, 0.3, 0.15, 0.1, 0.15, 0.1, 0.1, 0.65, 0.75, 0.75, 0.8, 0.8, 0.95, 0.98, 0.15, 0.3, 0.3, 0.4, 0.45, 0.7, 0.75, 0.15, 0.5, 0.95, 0.8, 0.7], // value
+    // copy after one token, the prediction's opening, listed, agreed, rewrite, model
+    [0.7, 0.5, 0.35, 0.7, 0.25, 0.2, 0.65, 0.45, 0.3, 0.6, 0.25, 0.2, 0.6, 0.65, 0.7, 0.85, 0.85, 0.85, 0.9, 0.2, 0.25, 0.3, 0.35, 0.45, 0.6, 0.7, 0.2, 0.6, 0.5, 0.93, 0.85, 0.7], // code
+    [0.8, 0.3, 0.2, 0.8, 0.25, 0.2, 0.75, 0.3, 0.2, 0.75, 0.25, 0.2, 0.1, 0.15, 0.2, 0.3, 0.5, 0.7, 0.9, 0.05, 0.1, 0.15, 0.1, 0.15, 0.2, 0.3, 0.05, 0.3, 0.85, 0.5, 0.3, 0.7], // key
+    [0.35, 0.2, 0.1, 0.15, 0.1, 0.1, 0.3, 0.15, 0.1, 0.15, 0.1, 0.1, 0.65, 0.75, 0.75, 0.8, 0.8, 0.95, 0.98, 0.15, 0.3, 0.3, 0.4, 0.45, 0.7, 0.75, 0.15, 0.6, 0.5, 0.95, 0.8, 0.7], // value
 ]);
 
 const fn flatten(t: [[f32; N_KINDS]; N_PLACES]) -> [f32; N_CLASSES] {
@@ -100,6 +104,11 @@ impl Class {
     /// A draft model's token.
     pub const fn model(place: Place) -> Class {
         Class::new(MODEL, place)
+    }
+
+    /// The prediction's first token, where a line starts in the answer's opening lines.
+    pub const fn opening(place: Place) -> Class {
+        Class::new(OPENING, place)
     }
 
     /// The next item of a list in the prompt, where a key starts.
@@ -145,9 +154,9 @@ impl Class {
         Class::new(COPY + bucket, place)
     }
 
-    /// A copy after a one-token match.
-    pub fn is_one_token(self) -> bool {
-        self.index() % N_KINDS == ONE_TOKEN
+    /// A copy with no match behind it worth the name: after one token, or the prediction's opening.
+    pub fn is_unmatched(self) -> bool {
+        matches!(self.index() % N_KINDS, ONE_TOKEN | OPENING)
     }
 
     #[inline]
@@ -168,6 +177,7 @@ impl Class {
             0..=5 => format!("{} {}", if k < 3 { "literal" } else { "shape" }, STRENGTH[k % 3]),
             LIVE..COPY => format!("live {} {}", if k - LIVE < 3 { "literal" } else { "shape" }, STRENGTH[(k - LIVE) % 3]),
             ONE_TOKEN => "copy 1".into(),
+            OPENING => "prediction's opening".into(),
             LISTED => "listed".into(),
             AGREED => "agreed".into(),
             REWRITE => "rewrite".into(),
@@ -237,7 +247,8 @@ mod tests {
                     }
                 }
             }
-            seen.extend([Class::model(place), Class::agreed(place), Class::listed(place), Class::rewrite(place)]);
+            seen.extend([Class::model(place), Class::agreed(place), Class::listed(place), Class::rewrite(place), Class::opening(place)]);
+            assert_eq!(Class::opening(place).source(), Source::Context);
             assert_eq!(Class::rewrite(place).source(), Source::Context);
             assert_eq!(Class::listed(place).source(), Source::Context);
             assert_eq!(Class::agreed(place).source(), Source::Context);

@@ -32,6 +32,8 @@ pub(super) struct Seq {
     /// Sequence length (with the last sampled token) when `draft` was proposed.
     pub(super) draft_base: usize,
     pub(super) awaiting_accept: bool,
+    /// Drafted tokens the last `accept` kept, until a `propose` mirrors them: a request's last ones reach none.
+    pub(super) kept: usize,
     /// The chain token right after the draft (token, class), judged by the token the target puts there once
     /// the draft was kept whole. Only the rates all sequences share learn from it:
     /// replayed (Qwen2.5-Coder-1.5B, no pack, this CPU's β), JSON extraction gained 6–8% (the live index's weak
@@ -72,6 +74,7 @@ impl Seq {
         self.enums = texts.map(|t| Enumerations::from_prompt(t, prompt)).unwrap_or_default();
         self.draft.clear();
         self.awaiting_accept = false;
+        self.kept = 0;
         self.judge = None;
         self.rates = Rates::default();
         self.acc = Acceptance::default();

@@ -120,6 +120,9 @@ pub struct TokenTexts {
     ends: Vec<u32>,
     /// Per token whose text starts with a space, the token with the same text without it (-1: none).
     unspaced: Vec<i32>,
+    /// Per token, the token spelled as its text followed by a newline (-1: none), and the newline's own token.
+    newlined: Vec<i32>,
+    newline: Option<i32>,
     /// Control and end-of-generation tokens, one bit each (empty: none known).
     control: Vec<u64>,
     /// Per token, the id the request's copies match it as (see [`TokenTexts::canonical`]).
@@ -137,7 +140,7 @@ impl TokenTexts {
             bytes.extend_from_slice(&buf);
             ends.push(u32::try_from(bytes.len()).expect("vocabulary text under 4 GiB"));
         }
-        let mut tt = TokenTexts { bytes, ends, unspaced: Vec::new(), control: Vec::new(), canonical: std::sync::Arc::new([]) };
+        let mut tt = TokenTexts { bytes, ends, unspaced: Vec::new(), newlined: Vec::new(), newline: None, control: Vec::new(), canonical: std::sync::Arc::new([]) };
         let by_text: ahash::AHashMap<&[u8], i32> = (0..tt.ends.len() as i32).rev().map(|t| (tt.get(t), t)).collect();
         let unspaced = (0..tt.ends.len() as i32)
             .map(|t| match tt.get(t) {
@@ -145,8 +148,17 @@ impl TokenTexts {
                 _ => -1,
             })
             .collect();
-        tt.unspaced = unspaced;
+        let newlined = (0..tt.ends.len() as i32)
+            .map(|t| {
+                buf.clear();
+                buf.extend_from_slice(tt.get(t));
+                buf.push(b'\n');
+                by_text.get(&buf[..]).copied().unwrap_or(-1)
+            })
+            .collect();
+        (tt.unspaced, tt.newlined) = (unspaced, newlined);
         let newline = (0..tt.ends.len() as i32).find(|&t| tt.get(t) == b"\n");
+        tt.newline = newline;
         tt.canonical = (0..tt.ends.len() as i32)
             .map(|t| match tt.get(t) {
                 text if !text.is_empty() && text.iter().all(|&b| b == b'\n') => newline.unwrap_or(t),
@@ -184,6 +196,17 @@ impl TokenTexts {
     /// The token spelled like `token` without its leading space.
     pub fn unspaced(&self, token: i32) -> Option<i32> {
         usize::try_from(token).ok().and_then(|t| self.unspaced.get(t)).copied().filter(|&u| u >= 0)
+    }
+
+    /// The token spelled like `token` followed by a newline: what a tokenizer writes where a text that ends in
+    /// `token` goes on to a new line.
+    pub fn newlined(&self, token: i32) -> Option<i32> {
+        usize::try_from(token).ok().and_then(|t| self.newlined.get(t)).copied().filter(|&u| u >= 0)
+    }
+
+    /// The token of one newline.
+    pub fn newline(&self) -> Option<i32> {
+        self.newline
     }
 
     /// The text of `token` (empty for an id outside the vocabulary).
