@@ -70,15 +70,7 @@ pub(super) fn build_chain(
             Some((h.token, Class::live(h.kind, h.count, h.confidence(), place)))
         });
         if copy.is_none() {
-            // A line starts in the answer's opening, which has not copied the prediction yet: where the answer
-            // fences the predicted text, that text starts here.
-            let written = s.ctx.tokens().len() + s.chain.len() - s.answer.start().min(s.ctx.tokens().len());
-            let opening = written <= OPENING_LINES
-                && s.pred.accepted == 0
-                && s.rewrites.following(Text::Predicted).is_none()
-                && texts.zip(s.chain.last().map(|c| c.0).or(s.ctx.tokens().last().copied())).is_some_and(|(tx, t)| tx.get(t).ends_with(b"\n"))
-                && s.pred.index().is_some();
-            let pred = s.pred.index().map(|ix| (ix, opening.then(|| s.pred.start()).and_then(|p| first_text(ix.tokens(), p, texts))));
+            let pred = s.pred.index().map(|ix| (ix, opening(s, texts)));
             copy = Copying::find(&s.ctx, pred, &s.rewrites, &s.scratch[keep..], cfg.ctx_min_n, cfg.context, s.answer.start());
         }
         // A copy never proposes a control token: in the prompt those are the chat template's markers, which
@@ -174,10 +166,18 @@ impl<'a> Lookups<'a> {
     }
 }
 
-/// Position of the first token at or after `p` of `tokens` that is not a run of newlines (a line starts there).
-fn first_text(tokens: &[i32], p: usize, texts: Option<&TokenTexts>) -> Option<usize> {
-    let texts = texts?;
-    (p..tokens.len()).find(|&q| !texts.get(tokens[q]).iter().all(|&b| b == b'\n'))
+/// Where in the prediction's index the answer may start to repeat it at this point of the chain: on a line that
+/// starts in the answer's opening, before the answer copied any of it (a model that fences the code a caller
+/// predicted bare starts it on the line after the fence), at the prediction's first token past blank lines.
+fn opening(s: &Seq, texts: Option<&TokenTexts>) -> Option<usize> {
+    let (texts, ix, hist) = (texts?, s.pred.index()?, s.ctx.tokens());
+    let written = hist.len() + s.chain.len() - s.answer.start().min(hist.len());
+    let last = s.chain.last().map(|c| c.0).or(hist.last().copied())?;
+    if written > OPENING_LINES || s.pred.accepted > 0 || s.rewrites.following(Text::Predicted).is_some() || !texts.get(last).ends_with(b"\n") {
+        return None;
+    }
+    let t = ix.tokens();
+    (s.pred.start()..t.len()).find(|&q| !texts.get(t[q]).iter().all(|&b| b == b'\n'))
 }
 
 /// Answer tokens within which a line's start may be where the answer starts to repeat its prediction: a code
