@@ -177,7 +177,7 @@ fn opening(s: &Seq, texts: Option<&TokenTexts>) -> Option<usize> {
         return None;
     }
     let t = ix.tokens();
-    (s.pred.start()..t.len()).find(|&q| !texts.get(t[q]).iter().all(|&b| b == b'\n'))
+    (s.pred.start()..t.len()).find(|&q| !texts.is_newlines(t[q]))
 }
 
 /// Answer tokens within which a line's start may be where the answer starts to repeat its prediction: a code

@@ -204,6 +204,12 @@ impl TokenTexts {
         usize::try_from(token).ok().and_then(|t| self.newlined.get(t)).copied().filter(|&u| u >= 0)
     }
 
+    /// Whether `token`'s text is a run of newlines (a blank line's end, matched as one newline).
+    pub fn is_newlines(&self, token: i32) -> bool {
+        let Ok(t) = usize::try_from(token) else { return false };
+        self.newline.is_some() && self.canonical.get(t).copied() == self.newline
+    }
+
     /// The token of one newline.
     pub fn newline(&self) -> Option<i32> {
         self.newline
