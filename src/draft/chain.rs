@@ -173,7 +173,7 @@ fn opening(s: &Seq, texts: Option<&TokenTexts>) -> Option<usize> {
     let (texts, ix, hist) = (texts?, s.pred.index()?, s.ctx.tokens());
     let written = hist.len() + s.chain.len() - s.answer.start().min(hist.len());
     let last = s.chain.last().map(|c| c.0).or(hist.last().copied())?;
-    if written > OPENING_LINES || s.pred.accepted > 0 || s.rewrites.following(Text::Predicted).is_some() || !texts.get(last).ends_with(b"\n") {
+    if written > OPENING_LINES || s.pred.accepted > 0 || s.rewrites.following(Text::Predicted).is_some() || !texts.ends_line(last) {
         return None;
     }
     let t = ix.tokens();

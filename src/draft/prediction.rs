@@ -107,9 +107,8 @@ impl Coda {
         let Some(j) = (k..answer.len()).rev().find(|&j| answer[j - k..j] == *body && (answer[j] == last || merged == Some(answer[j]))) else {
             return;
         };
-        let ends_line = |t: i32| texts.is_some_and(|tx| tx.get(t).ends_with(b"\n"));
         let mut rest = &answer[j + 1..];
-        let line_break = if answer[j] != last || ends_line(last) {
+        let line_break = if answer[j] != last || texts.is_some_and(|tx| tx.ends_line(last)) {
             true
         } else if let (Some(&t), Some(nl)) = (rest.first(), texts.and_then(TokenTexts::newline)) {
             rest = &rest[usize::from(t == nl)..];
@@ -126,7 +125,7 @@ impl Coda {
     fn follow(&self, tokens: &[i32], texts: Option<&TokenTexts>) -> Vec<i32> {
         let mut text = tokens.to_vec();
         let last = tokens[tokens.len() - 1];
-        match texts.filter(|tx| self.line_break && !tx.get(last).ends_with(b"\n")) {
+        match texts.filter(|tx| self.line_break && !tx.ends_line(last)) {
             None => {}
             Some(tx) => match (tx.newlined(last), tx.newline()) {
                 (Some(merged), _) => *text.last_mut().expect("not empty") = merged,

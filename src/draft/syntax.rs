@@ -204,6 +204,11 @@ impl TokenTexts {
         usize::try_from(token).ok().and_then(|t| self.newlined.get(t)).copied().filter(|&u| u >= 0)
     }
 
+    /// Whether `token`'s text ends a line.
+    pub fn ends_line(&self, token: i32) -> bool {
+        self.get(token).ends_with(b"\n")
+    }
+
     /// Whether `token`'s text is a run of newlines (a blank line's end, matched as one newline).
     pub fn is_newlines(&self, token: i32) -> bool {
         let Ok(t) = usize::try_from(token) else { return false };
