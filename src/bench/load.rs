@@ -1,6 +1,6 @@
 //! `kolm-rsd bench --load`: many clients at once. For each slot count (`-np`), every configuration serves the
-//! same request stream from N concurrent clients (structured and prose prompts interleaved, a quarter of them
-//! streamed), on a fresh llama-server each; aggregate tokens per second against plain llama-server at that
+//! same request stream from N concurrent clients (the workloads' prompts interleaved, structured and prose by
+//! default, a quarter of them streamed), on a fresh llama-server each; aggregate tokens per second against plain llama-server at that
 //! slot count, p50/p99 time to last token, and every completed answer held byte for byte to the prompt served
 //! alone without speculation. The prompts are held out from the pack ([`workload::split`]).
 
@@ -122,7 +122,7 @@ pub struct LoadRow {
     pub speedup: f64,
     pub p50_s: f64,
     pub p99_s: f64,
-    /// p50 per kind of prompt (structured, prose).
+    /// p50 per workload, in the stream's order.
     pub p50_by_label: Vec<(String, f64)>,
     pub drafted: u64,
     pub accepted: u64,
@@ -164,21 +164,24 @@ pub struct CeilingBasis {
     pub plain_prefill_s: f64,
 }
 
-/// The stream: `clients × per_client` greedy requests, structured and prose prompts taken in turn, every
-/// fourth one streamed.
-pub fn plan(structured: &[String], prose: &[String], o: &LoadOptions) -> Vec<Request> {
-    let (mut si, mut pi) = (0, 0);
+/// A workload's name and its held-out prompts, templated for the model.
+pub struct Prompts {
+    pub name: String,
+    pub prompts: Vec<String>,
+}
+
+/// The stream: `clients × per_client` greedy requests, one prompt of each workload in turn (each request labelled
+/// with its workload's name), every fourth one streamed.
+pub fn plan(workloads: &[Prompts], o: &LoadOptions) -> Vec<Request> {
+    let mut next = vec![0usize; workloads.len()];
     (0..o.clients * o.per_client)
         .map(|i| {
-            let (prompt, label) = if i % 2 == 0 || prose.is_empty() {
-                si += 1;
-                (&structured[(si - 1) % structured.len()], "structured")
-            } else {
-                pi += 1;
-                (&prose[(pi - 1) % prose.len()], "prose")
-            };
+            let w = i % workloads.len();
+            let p = &workloads[w].prompts;
+            let prompt = p[next[w] % p.len()].clone();
+            next[w] += 1;
             let kind = if i % 4 == 3 { Kind::Stream } else { Kind::Plain };
-            Request { prompt: prompt.clone(), n_predict: o.n_predict, kind, label: label.to_string() }
+            Request { prompt, n_predict: o.n_predict, kind, label: workloads[w].name.clone() }
         })
         .collect()
 }
@@ -226,9 +229,9 @@ fn step_log_path(o: &LoadOptions, c: LoadConfig, slots: u32, round: usize) -> Pa
 /// Runs every configuration at every slot count on the same stream; rows in (slots, config) order, then the
 /// ceiling of every row that drafted, from call costs measured with the servers stopped (one basis per slot
 /// count at which something drafted).
-pub fn run(structured: &[String], prose: &[String], o: &LoadOptions, obs: &dyn Observer) -> Result<(Vec<LoadRow>, Vec<CeilingBasis>), ServerError> {
+pub fn run(workloads: &[Prompts], o: &LoadOptions, obs: &dyn Observer) -> Result<(Vec<LoadRow>, Vec<CeilingBasis>), ServerError> {
     std::fs::create_dir_all(&o.out).map_err(|e| ServerError::Start(format!("{}: {e}", o.out.display())))?;
-    let requests = plan(structured, prose, o);
+    let requests = plan(workloads, o);
     let limits = Limits { clients: o.clients, deadline: Duration::from_secs(24 * 3600), request_timeout: o.request_timeout };
     obs.add_total((1 + o.slots.len() * o.configs.len() * o.repeat.max(1)) as u64);
 
@@ -339,9 +342,13 @@ fn row(sides: &[Side], requests: &[Request], alone: &std::collections::HashMap<s
         }
     }
     let lat: Vec<f64> = sides.iter().flat_map(|s| s.latencies(requests)).collect();
-    let mut labels: Vec<&str> = requests.iter().map(|r| r.label.as_str()).collect();
-    labels.sort();
-    labels.dedup();
+    // In the stream's order: the workloads as they were given.
+    let mut labels: Vec<&str> = Vec::new();
+    for r in requests {
+        if !labels.contains(&r.label.as_str()) {
+            labels.push(&r.label);
+        }
+    }
     let p50_by_label = labels
         .into_iter()
         .map(|l| {
@@ -435,18 +442,21 @@ fn in_place_table(s: &mut String, rows: &[LoadRow]) {
 /// The rows as a Markdown table, with the settings above it and what the ceilings rest on below.
 pub fn markdown(rows: &[LoadRow], bases: &[CeilingBasis], o: &LoadOptions) -> String {
     let mut s = String::new();
+    let names: Vec<&str> = rows.first().map(|r| r.p50_by_label.iter().map(|(l, _)| l.as_str()).collect()).unwrap_or_default();
     let _ = writeln!(
         s,
-        "{} clients × {} requests (structured and prose in turn, a quarter streamed), {} round(s) per configuration, `n_predict` {}, {} KV cells a slot, model `{}`, pack `{}`\n",
+        "{} clients × {} requests ({}{}, a quarter streamed), {} round(s) per configuration, `n_predict` {}, {} KV cells a slot, model `{}`, pack `{}`\n",
         o.clients,
         o.per_client,
+        names.join(" and "),
+        if names.len() > 1 { " in turn" } else { "" },
         o.repeat.max(1),
         o.n_predict,
         o.slot_ctx,
         file_name(&o.model),
         file_name(&o.pack)
     );
-    let _ = writeln!(s, "| -np | config | done | identical to alone | tok/s (by round) | × plain | p50 s | p99 s | p50 structured / prose s | drafted | accepted | ceiling (γ) | of ceiling | healthy |");
+    let _ = writeln!(s, "| -np | config | done | identical to alone | tok/s (by round) | × plain | p50 s | p99 s | p50 {} s | drafted | accepted | ceiling (γ) | of ceiling | healthy |", names.join(" / "));
     let _ = writeln!(s, "|---:|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---|");
     for r in rows {
         let by_label: Vec<String> = r.p50_by_label.iter().map(|(_, v)| format!("{v:.1}")).collect();
@@ -557,21 +567,44 @@ mod tests {
         }
     }
 
+    fn workloads(sets: &[(&str, &[&str])]) -> Vec<Prompts> {
+        sets.iter().map(|(name, p)| Prompts { name: name.to_string(), prompts: p.iter().map(|x| x.to_string()).collect() }).collect()
+    }
+
     #[test]
-    fn the_stream_interleaves_structured_and_prose_and_streams_a_quarter() {
-        let s = ["s1".to_string(), "s2".to_string()];
-        let p = ["p1".to_string()];
-        let reqs = plan(&s, &p, &opts());
+    fn the_stream_takes_the_workloads_in_turn_under_their_names_and_streams_a_quarter() {
+        let reqs = plan(&workloads(&[("json-extraction", &["s1", "s2"]), ("mt-bench", &["p1"])]), &opts());
         assert_eq!(reqs.len(), 64);
-        assert_eq!(reqs.iter().filter(|r| r.label == "structured").count(), 32);
+        assert_eq!(reqs.iter().filter(|r| r.label == "json-extraction").count(), 32);
         assert_eq!(reqs.iter().filter(|r| r.kind == Kind::Stream).count(), 16);
         assert_eq!(reqs[..4].iter().map(|r| r.prompt.as_str()).collect::<Vec<_>>(), ["s1", "p1", "s2", "p1"]);
-        assert!(plan(&s, &[], &opts()).iter().all(|r| r.label == "structured"), "no prose: structured only");
+        let alone = plan(&workloads(&[("mt-bench", &["p1"])]), &opts());
+        assert!(alone.iter().all(|r| r.label == "mt-bench"), "one workload: its name, not \"structured\"");
+        let three = plan(&workloads(&[("a", &["a1"]), ("b", &["b1"]), ("c", &["c1"])]), &opts());
+        assert_eq!(three[..4].iter().map(|r| r.prompt.as_str()).collect::<Vec<_>>(), ["a1", "b1", "c1", "a1"], "a third workload is served too");
+    }
+
+    #[test]
+    fn the_report_names_the_workloads_it_served() {
+        let reqs = plan(&workloads(&[("mt-bench", &["p1"]), ("json-extraction", &["s1"])]), &opts());
+        let done = |i: usize| Record {
+            request: i,
+            outcome: Outcome::Done { content: String::new(), tokens: 10, prompt_n: 1, draft_n: 0, draft_accepted: 0, served_s: 0.5 },
+            secs: 1.0 + i as f64,
+            started: 0.0,
+        };
+        let side = Side { name: "plain".into(), records: (0..4).map(done).collect(), wall: 10.0, healthy: true, rss_kib: None, summary: String::new() };
+        let r = row(&[side], &reqs, &HashMap::new(), 4, LoadConfig::Plain, 1.0);
+        assert_eq!(r.p50_by_label.iter().map(|(l, _)| l.as_str()).collect::<Vec<_>>(), ["mt-bench", "json-extraction"], "in the stream's order");
+        let md = markdown(&[r], &[], &opts());
+        assert!(md.contains("(mt-bench and json-extraction in turn, a quarter streamed)"), "{md}");
+        assert!(md.contains("| p50 mt-bench / json-extraction s |"), "{md}");
+        assert!(md.contains("| 1.0 / 2.0 |"), "each workload's p50 by nearest rank (1, 3 s and 2, 4 s): {md}");
     }
 
     #[test]
     fn a_row_names_its_slowest_answers_and_leaves_raw_bodies_out() {
-        let mut reqs = plan(&["s".to_string()], &["p".to_string()], &opts());
+        let mut reqs = plan(&workloads(&[("structured", &["s"]), ("prose", &["p"])]), &opts());
         reqs[5].kind = Kind::Raw { path: "/completion", body: "{".into() };
         let done = |i: usize, secs: f64| Record {
             request: i,
@@ -593,7 +626,7 @@ mod tests {
 
     #[test]
     fn rounds_pool_their_tokens_and_each_keeps_its_own_rate() {
-        let reqs = plan(&["s".to_string()], &[], &opts());
+        let reqs = plan(&workloads(&[("structured", &["s"])]), &opts());
         let side = |tokens: u64, wall: f64| Side {
             name: "kolm".into(),
             records: vec![Record {
@@ -619,7 +652,7 @@ mod tests {
 
     #[test]
     fn step_logs_give_each_round_a_row_in_the_rounds_own_units() {
-        let reqs = plan(&["s".to_string()], &[], &opts());
+        let reqs = plan(&workloads(&[("structured", &["s"])]), &opts());
         let p = InPlace { steps: 500, begun: 64, prompt_s: 100.0, gen_s: 50.0, unit_ms: 125.0, wall_over_price: Some(0.98) };
         let r = LoadRow { in_place: vec![None, Some(p)], ..row(&[], &reqs, &HashMap::new(), 8, LoadConfig::Kolm, 10.0) };
         let md = markdown(&[r], &[], &opts());

@@ -2,7 +2,7 @@
 
 use clap::Args;
 use indicatif::ProgressBar;
-use kolm_rsd::bench::load::{self, LoadConfig, LoadOptions};
+use kolm_rsd::bench::load::{self, LoadConfig, LoadOptions, Prompts};
 use kolm_rsd::bench::{self, config::ConfigKind, prep, report, BenchOptions, Observer};
 use kolm_rsd::compile::templated;
 use kolm_rsd::llama::{Model, ModelOptions};
@@ -68,8 +68,8 @@ pub struct BenchArgs {
     #[arg(long)]
     allow_mismatch: bool,
     /// Load mode: many concurrent clients against one server per configuration and slot count (default
-    /// slots 1,4,8; configurations plain, plain-strict, kolm-idle, kolm; workloads json-extraction, mt-bench),
-    /// on the first model and the pack beside it.
+    /// slots 1,4,8; configurations plain, plain-strict, kolm-idle, kolm; workloads json-extraction, mt-bench, each
+    /// workload's prompts in turn), on the first model and the pack beside it.
     #[arg(long)]
     load: bool,
     /// Load mode: concurrent clients.
@@ -238,7 +238,7 @@ fn run_compile_bench(a: BenchArgs) -> Result<i32, Box<dyn std::error::Error>> {
     Ok(0)
 }
 
-/// `--load`: the held-out prompts of a structured and a prose workload from many clients at once.
+/// `--load`: the held-out prompts of the workloads (a structured and a prose one by default) from many clients at once.
 fn run_load(a: BenchArgs) -> Result<i32, Box<dyn std::error::Error>> {
     let name = a.models.as_ref().and_then(|m| m.first().cloned()).unwrap_or_else(|| fetch::DEFAULT_MODEL.into());
     let model = if Path::new(&name).is_file() { PathBuf::from(&name) } else { fetch::model(&name, !a.no_fetch)? };
@@ -249,15 +249,16 @@ fn run_load(a: BenchArgs) -> Result<i32, Box<dyn std::error::Error>> {
     let plugin = server::plugin_path().ok_or("libkolm_rsd.so is not next to this executable (cargo build --release)")?;
     let workloads = a.workloads.clone().unwrap_or_else(|| vec!["json-extraction".into(), "mt-bench".into()]);
     let m = Model::load(&model, &ModelOptions { n_gpu_layers: 0 })?;
-    let held = |w: &str| -> Result<Vec<String>, Box<dyn std::error::Error>> {
-        let (_, held) = workload::split(&workload::load(w)?);
-        Ok(held.iter().map(|p| templated(&m, &p.text)).collect())
-    };
-    let structured = held(&workloads[0])?;
-    let prose = match workloads.get(1) {
-        Some(w) => held(w)?,
-        None => vec![],
-    };
+    let workloads = workloads
+        .iter()
+        .map(|w| -> Result<Prompts, Box<dyn std::error::Error>> {
+            let (_, held) = workload::split(&workload::load(w)?);
+            if held.is_empty() {
+                return Err(format!("--workloads {w}: no held-out prompts to serve").into());
+            }
+            Ok(Prompts { name: w.clone(), prompts: held.iter().map(|p| templated(&m, &p.text)).collect() })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     drop(m);
     let o = LoadOptions {
         model,
@@ -281,7 +282,7 @@ fn run_load(a: BenchArgs) -> Result<i32, Box<dyn std::error::Error>> {
         return Err("--slots: a slot count must be at least 1".into());
     }
     let obs = Bar(progress("server runs"));
-    let rows = load::run(&structured, &prose, &o, &obs);
+    let rows = load::run(&workloads, &o, &obs);
     obs.0.finish_and_clear();
     let (rows, bases) = rows?;
     let md = load::markdown(&rows, &bases, &o);
