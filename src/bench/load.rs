@@ -345,7 +345,8 @@ fn row(sides: &[Side], requests: &[Request], alone: &std::collections::HashMap<s
             accepted += draft_accepted;
         }
     }
-    let lat: Vec<f64> = sides.iter().flat_map(|s| s.latencies(requests)).collect();
+    let round_lat: Vec<Vec<f64>> = sides.iter().map(|s| s.latencies(requests)).collect();
+    let lat = round_lat.concat();
     // In the stream's order: the workloads as they were given.
     let mut labels: Vec<&str> = Vec::new();
     for r in requests {
@@ -399,7 +400,7 @@ fn row(sides: &[Side], requests: &[Request], alone: &std::collections::HashMap<s
         speedup: rate / base.max(1e-9),
         p50_s: crate::quantile::quantile(&lat, 0.5),
         p99_s: crate::quantile::quantile(&lat, 0.99),
-        round_p99_s: sides.iter().map(|s| crate::quantile::quantile(&s.latencies(requests), 0.99)).collect(),
+        round_p99_s: round_lat.iter().map(|l| crate::quantile::quantile(l, 0.99)).collect(),
         p50_by_label,
         drafted,
         accepted,
