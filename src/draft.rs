@@ -300,7 +300,8 @@ impl Drafter {
             self.beta.observe_step(self.rounds.last(), now_ns.saturating_sub(prev));
         }
         let shared = self.rounds.shared(seq);
-        let need = 1.0 + if shared.others() { cfg.shared_min_gain } else { cfg.min_gain };
+        let others = shared.others();
+        let need = 1.0 + if others { cfg.shared_min_gain } else { cfg.min_gain };
         let verify = Verify::new(&self.beta, &shared);
         s.last_ns = Some(now_ns);
         s.awaiting_accept = false;
@@ -393,9 +394,12 @@ impl Drafter {
             cost[i] = if c.source() == Source::Model { model_cost.unwrap_or(0.0) } else { 0.0 };
         }
         let n = s.chain.len();
-        let best = best_length(&p[..n], &verify, &cost[..n], need);
+        // Beside other slots only tokens expected right nearly always are drafted (probes aside): the others' step
+        // grows by every token, and what a likely one saves its own request is time the others lose.
+        let m = if others { p[..n].iter().take_while(|&&x| x >= cfg.shared_sure).count() } else { n };
+        let best = best_length(&p[..m], &verify, &cost[..m], need);
         // Tokens expected right nearly always pass the gate, as long as they pay by the control's own rule.
-        let sure = self.gate.as_ref().map_or(0, |gate| p[..n].iter().take_while(|&&x| x >= gate.pass()).count());
+        let sure = self.gate.as_ref().map_or(0, |gate| p[..m].iter().take_while(|&&x| x >= gate.pass()).count());
         let g = if gated {
             s.stats.steps_gated += 1;
             best_length(&p[..sure], &verify, &cost[..sure], need)
@@ -1169,8 +1173,13 @@ mod tests {
             d.propose(1, &[50, 51], 52, 15, 0, out); // sequence 1 puts one token into the call
             d.propose(0, toks, *last, 15, 0, out)
         };
-        assert_eq!(drafted(DrafterConfig { shared_min_gain: 0.25, ..dear() }, &mut out), 0, "{out:?}");
-        assert!(drafted(dear(), &mut out) >= 2, "with the default margin it drafts");
+        let any = || DrafterConfig { shared_sure: 0.0, ..dear() };
+        assert_eq!(drafted(DrafterConfig { shared_min_gain: 0.25, ..any() }, &mut out), 0, "{out:?}");
+        assert!(drafted(any(), &mut out) >= 2, "with the default margin it drafts");
+        // By default beside another slot only tokens expected right nearly always are drafted: a copy of a 20-token
+        // match starts at its class's prior (0.85 in code), and the same copy expected at 99% drafts.
+        assert_eq!(drafted(dear(), &mut out), 0, "{out:?}");
+        assert!(drafted(DrafterConfig { class_prior: [0.99; N_CLASSES], ..dear() }, &mut out) >= 2, "{out:?}");
         let mut alone = Drafter::new(None, dear());
         alone.begin(0, toks);
         assert!(alone.propose(0, toks, *last, 15, 0, &mut out) >= 3);

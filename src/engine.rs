@@ -29,6 +29,9 @@ pub const MISS_LOG_CAP: u64 = 16 << 20;
 /// The margins `shared_gain` may take (0: none; 10: a draft must promise 11 plain steps, so never drafts).
 pub const SHARED_GAIN_RANGE: std::ops::RangeInclusive<f64> = 0.0..=10.0;
 
+/// The acceptances `shared_sure` may take (0: any token that pays is drafted beside other slots).
+pub const SHARED_SURE_RANGE: std::ops::RangeInclusive<f32> = 0.0..=1.0;
+
 /// How an engine is set up.
 #[derive(Clone, Debug)]
 pub struct EngineConfig {
@@ -38,6 +41,8 @@ pub struct EngineConfig {
     /// Gain over a plain step a draft must promise when other slots share the verify call
     /// ([`DrafterConfig::shared_min_gain`]; `shared_gain=`).
     pub shared_gain: f64,
+    /// Least estimated acceptance of a token drafted beside other slots ([`DrafterConfig::shared_sure`]; `shared_sure=`).
+    pub shared_sure: f32,
     /// How llama-server cuts a step into forward passes (`kv=auto|split|unified`; auto: learned from step times).
     pub layout: Option<Layout>,
     /// The recipe pack; None = context n-grams only.
@@ -111,6 +116,7 @@ impl Default for EngineConfig {
             n_max: crate::draft::control::INVARIANT_DRAFT,
             adaptive: true,
             shared_gain: DrafterConfig::default().shared_min_gain,
+            shared_sure: DrafterConfig::default().shared_sure,
             layout: None,
             pack: None,
             miss_log: None,
@@ -171,7 +177,7 @@ impl EngineConfig {
     }
 
     /// Parses `--spec-plugin-arg`: comma-separated `key=value` (`pack=PATH|off`, `misslog=PATH|off`, `misslog_cap=BYTES`,
-    /// `adaptive=0|1`, `shared_gain=F`, `gate=auto|wall|steps|off`, `gate_steps=N`, `kv=auto|split|unified`, `context=0|1|answer`, `nmax=N`, `draft=GGUF`, `shortlist=PATH|full`, `margin=F`, `request_rows=0|1`,
+    /// `adaptive=0|1`, `shared_gain=F`, `shared_sure=P`, `gate=auto|wall|steps|off`, `gate_steps=N`, `kv=auto|split|unified`, `context=0|1|answer`, `nmax=N`, `draft=GGUF`, `shortlist=PATH|full`, `margin=F`, `request_rows=0|1`,
     /// `head_dev=cpu|best`, `live=PATH|mem|off`, `live_cap=ENTRIES`, `steplog=PATH`); a bare value is the pack path. Without `pack=`,
     /// the pack beside the model is used when it exists; without `shortlist=`, the shortlist beside the draft GGUF,
     /// else the full head; without `head_dev=`, [`DEFAULT_HEAD_DEVICE`]; without `live=`, the live index is kept in
@@ -235,6 +241,13 @@ impl EngineConfig {
                         .filter(|g: &f64| SHARED_GAIN_RANGE.contains(g))
                         .ok_or_else(|| EngineError::Arg(format!("--spec-plugin-arg: shared_gain={v} is not a number in 0..=10")))?
                 }
+                Some(("shared_sure", v)) => {
+                    cfg.shared_sure = v
+                        .parse()
+                        .ok()
+                        .filter(|p: &f32| SHARED_SURE_RANGE.contains(p))
+                        .ok_or_else(|| EngineError::Arg(format!("--spec-plugin-arg: shared_sure={v} is not a number in 0..=1")))?
+                }
                 Some(("kv", v)) => {
                     cfg.layout = match v {
                         "auto" => None,
@@ -263,7 +276,7 @@ impl EngineConfig {
                 }
                 Some((k, _)) => {
                     return Err(EngineError::Arg(format!(
-                        "--spec-plugin-arg: unknown key `{k}` (known: pack, misslog, misslog_cap, adaptive, shared_gain, gate, gate_steps, kv, context, nmax, draft, shortlist, margin, request_rows, head_dev, live, live_cap, steplog)"
+                        "--spec-plugin-arg: unknown key `{k}` (known: pack, misslog, misslog_cap, adaptive, shared_gain, shared_sure, gate, gate_steps, kv, context, nmax, draft, shortlist, margin, request_rows, head_dev, live, live_cap, steplog)"
                     )))
                 }
             }
@@ -412,6 +425,7 @@ impl Engine {
             max_draft: cfg.n_max.min(cfg.n_max_cap()),
             adaptive: cfg.adaptive,
             shared_min_gain: cfg.shared_gain,
+            shared_sure: cfg.shared_sure,
             layout: cfg.layout,
             context: cfg.context,
             gate: cfg.gate.then_some(GateConfig { clock: cfg.gate_clock, min_steps: cfg.gate_steps, ..GateConfig::default() }),
@@ -681,6 +695,10 @@ mod tests {
         assert!(c.miss_log.is_none() && !c.adaptive && c.n_max == 3);
         assert_eq!(c.shared_gain, DrafterConfig::default().shared_min_gain);
         assert_eq!(EngineConfig::from_plugin_arg("shared_gain=0.05", "").unwrap().shared_gain, 0.05);
+        assert_eq!(c.shared_sure, DrafterConfig::default().shared_sure);
+        assert_eq!(EngineConfig::from_plugin_arg("shared_sure=0", "").unwrap().shared_sure, 0.0);
+        let e = EngineConfig::from_plugin_arg("shared_sure=1.5", "").unwrap_err().to_string();
+        assert!(e.contains("shared_sure=1.5") && e.contains("0..=1"), "{e}");
         let e = EngineConfig::from_plugin_arg("shared_gain=-1", "").unwrap_err().to_string();
         assert!(e.contains("shared_gain=-1"), "{e}");
         assert_eq!(c.layout, None);

@@ -12,7 +12,9 @@ the drafter copies from the request alone. vLLM's speculative config refuses key
 pack cannot ride in it. A pack for another tokenizer stops the server with :class:`TokenizerMismatchError`.
 
 **Shared steps.** ``KOLM_RSD_SHARED_GAIN`` sets the margin over a plain step that a draft must promise when other
-requests share the verify step (the llama.cpp plugin's ``shared_gain=``); default 0, where the plugin's is 0.05 (see ``_SHARED_GAIN``). A step's cost is learned as vLLM runs it, one
+requests share the verify step (the llama.cpp plugin's ``shared_gain=``); default 0, where the plugin's is 0.05 (see ``_SHARED_GAIN``).
+``KOLM_RSD_SHARED_SURE`` is the least estimated acceptance of a token drafted beside other requests (the plugin's
+``shared_sure=``); default 0, where the plugin's is 0.95 (see ``_SHARED_SURE``). A step's cost is learned as vLLM runs it, one
 forward pass of every request's tokens, priced per request and per drafted token (``KOLM_RSD_ONE_PASS=0``: priced
 as llama-server's calls of at most 16 tokens instead, kept to measure the difference). ``KOLM_RSD_STEP_LOG=PATH``
 writes a line per step: its wall time, what the drafter priced it at, and the tokens each request verified.
@@ -48,6 +50,10 @@ _HEAD = 16
 #: 1.505x -> 1.536x, code edits 1.574x -> 1.648x, prose 0.999x -> 0.992x; served on held-out prompts in one run,
 #: JSON 0.97x -> 1.01x and prose 0.86x -> 0.96x (docs/vllm.md, "Runs of session 37").
 _SHARED_GAIN = 0.0
+#: The least estimated acceptance of a token drafted beside other requests. llama-server's default (0.95) comes from
+#: its steps at eight slots, where a drafted token lengthens every slot's step by nearly what it is worth (session 41);
+#: in vLLM one adds a few percent to a step of several rows, and the numbers above were measured with no such floor.
+_SHARED_SURE = 0.0
 #: Steps between summary lines on stderr: vLLM ends its worker processes without running atexit handlers.
 _REPORT_EVERY = 256
 
@@ -106,6 +112,11 @@ class Proposer:
             options.setdefault("shared_gain", _SHARED_GAIN if gain is None else float(gain))
         except ValueError:
             raise ValueError(f"KOLM_RSD_SHARED_GAIN={gain!r} is not a number") from None
+        sure = os.environ.get("KOLM_RSD_SHARED_SURE")
+        try:
+            options.setdefault("shared_sure", _SHARED_SURE if sure is None else float(sure))
+        except ValueError:
+            raise ValueError(f"KOLM_RSD_SHARED_SURE={sure!r} is not a number") from None
         one_pass = os.environ.get("KOLM_RSD_ONE_PASS", "1")
         if one_pass not in ("0", "1"):
             raise ValueError(f"KOLM_RSD_ONE_PASS={one_pass!r} is not 0 or 1")

@@ -6,7 +6,7 @@ use crate::error::{engine_error, KolmRsdError};
 use crate::tokens::{token_ids, token_texts, views};
 use kolm_rsd::draft::step::Layout;
 use kolm_rsd::draft::Context;
-use kolm_rsd::engine::{Engine, EngineConfig, LiveChoice, MISS_LOG_CAP, SHARED_GAIN_RANGE};
+use kolm_rsd::engine::{Engine, EngineConfig, LiveChoice, MISS_LOG_CAP, SHARED_GAIN_RANGE, SHARED_SURE_RANGE};
 use kolm_rsd::ffi::api::KolmRsdStats;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -46,7 +46,7 @@ impl Drafter {
     /// as bytes or str) are `token_texts`, in id order. `control_tokens`: ids a copy of the prompt must never
     /// propose (chat-template markers, end of turn). `pack` is checked against the texts' fingerprint.
     #[new]
-    #[pyo3(signature = (token_texts, *, pack=None, control_tokens=None, n_seq=1, n_max=MAX_DRAFT, adaptive=true, shared_gain=None, one_pass=false, context=true, live=true, miss_log=None, miss_log_cap=MISS_LOG_CAP, step_log=None))]
+    #[pyo3(signature = (token_texts, *, pack=None, control_tokens=None, n_seq=1, n_max=MAX_DRAFT, adaptive=true, shared_gain=None, shared_sure=None, one_pass=false, context=true, live=true, miss_log=None, miss_log_cap=MISS_LOG_CAP, step_log=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -57,6 +57,7 @@ impl Drafter {
         n_max: usize,
         adaptive: bool,
         shared_gain: Option<f64>,
+        shared_sure: Option<f32>,
         one_pass: bool,
         context: bool,
         live: bool,
@@ -72,11 +73,16 @@ impl Drafter {
             Some(g) if SHARED_GAIN_RANGE.contains(&g) => g,
             Some(g) => return Err(PyValueError::new_err(format!("shared_gain={g} is not a number in 0..=10"))),
         };
+        let shared_sure = match shared_sure {
+            None => EngineConfig::default().shared_sure,
+            Some(p) if SHARED_SURE_RANGE.contains(&p) => p,
+            Some(p) => return Err(PyValueError::new_err(format!("shared_sure={p} is not a number in 0..=1"))),
+        };
         let texts = self::token_texts(token_texts)?;
         let control: HashSet<i32> = control_tokens.unwrap_or_default().into_iter().collect();
         let live = if live { LiveChoice::Memory } else { LiveChoice::Off };
         let layout = one_pass.then_some(Layout::OnePass);
-        let cfg = EngineConfig { n_seq, n_max, adaptive, shared_gain, layout, context: if context { Context::All } else { Context::Off }, live, pack, miss_log, miss_log_cap, step_log, ..EngineConfig::default() };
+        let cfg = EngineConfig { n_seq, n_max, adaptive, shared_gain, shared_sure, layout, context: if context { Context::All } else { Context::Off }, live, pack, miss_log, miss_log_cap, step_log, ..EngineConfig::default() };
         let engine = py.detach(|| Engine::from_texts(&views(&texts), |t| control.contains(&t), cfg)).map_err(engine_error)?;
         Ok(Drafter::wrap(engine))
     }

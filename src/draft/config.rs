@@ -72,6 +72,8 @@ pub struct DrafterConfig {
     /// logs), and with no margin generation took 10–30% fewer of the round's own one-token steps at `-np 8`
     /// (HumanEval, three rounds) and 11% fewer at `-np 4` (JSON and prose); the single-sequence margin remains.
     pub shared_min_gain: f64,
+    /// Beside other slots, a draft holds only the leading tokens whose estimated acceptance reaches this (0: all).
+    pub shared_sure: f32,
     /// How llama-server cuts a step into forward passes (`kv=split|unified`); None: learned from step times.
     pub layout: Option<Layout>,
     /// Break-even control on; off drafts the whole chain found at every step (tests, benchmarks of
@@ -132,6 +134,7 @@ impl Default for DrafterConfig {
             miss_capacity: 4096,
             min_gain: 0.05,
             shared_min_gain: 0.05,
+            shared_sure: 0.95,
             layout: None,
             adaptive: true,
             context: Context::All,
