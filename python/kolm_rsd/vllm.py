@@ -58,6 +58,15 @@ _SHARED_SURE = 0.0
 _REPORT_EVERY = 256
 
 
+def _env_number(name: str, default: float) -> float:
+    """The number the environment variable ``name`` holds, or ``default`` when it is unset (the drafter checks its range)."""
+    value = os.environ.get(name)
+    try:
+        return default if value is None else float(value)
+    except ValueError:
+        raise ValueError(f"{name}={value!r} is not a number") from None
+
+
 def find_pack(model: str, env: Optional[str] = None) -> Optional[Path]:
     """The pack for ``model`` (a directory or a file): ``env`` (``KOLM_RSD_PACK``; ``off`` for none), else the
     directory's ``recipes.json`` or its one ``*.recipes.json``, else the file's ``.recipes.json`` beside it."""
@@ -107,16 +116,8 @@ class Proposer:
             vocab = hf_vocab(tok, mc.get_vocab_size())
         texts, control = vocab
         self.pack = find_pack(str(mc.model), os.environ.get("KOLM_RSD_PACK"))
-        gain = os.environ.get("KOLM_RSD_SHARED_GAIN")
-        try:
-            options.setdefault("shared_gain", _SHARED_GAIN if gain is None else float(gain))
-        except ValueError:
-            raise ValueError(f"KOLM_RSD_SHARED_GAIN={gain!r} is not a number") from None
-        sure = os.environ.get("KOLM_RSD_SHARED_SURE")
-        try:
-            options.setdefault("shared_sure", _SHARED_SURE if sure is None else float(sure))
-        except ValueError:
-            raise ValueError(f"KOLM_RSD_SHARED_SURE={sure!r} is not a number") from None
+        options.setdefault("shared_gain", _env_number("KOLM_RSD_SHARED_GAIN", _SHARED_GAIN))
+        options.setdefault("shared_sure", _env_number("KOLM_RSD_SHARED_SURE", _SHARED_SURE))
         one_pass = os.environ.get("KOLM_RSD_ONE_PASS", "1")
         if one_pass not in ("0", "1"):
             raise ValueError(f"KOLM_RSD_ONE_PASS={one_pass!r} is not 0 or 1")

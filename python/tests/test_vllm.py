@@ -92,23 +92,20 @@ def test_a_pack_for_another_tokenizer_stops_the_proposer(model_dir, vocab):
         Proposer(config(model_dir), vocab=(other, control))
 
 
-def test_the_shared_step_margin_and_floor_come_from_the_environment_and_are_checked(model_dir, vocab, monkeypatch):
-    monkeypatch.setenv("KOLM_RSD_SHARED_GAIN", "0.05")
+@pytest.mark.parametrize(
+    "env, good, out_of_range, message",
+    [("KOLM_RSD_SHARED_GAIN", "0.05", "11", "shared_gain=11"), ("KOLM_RSD_SHARED_SURE", "0.95", "2", "shared_sure=2")],
+)
+def test_the_shared_step_settings_come_from_the_environment_and_are_checked(
+    model_dir, vocab, monkeypatch, env, good, out_of_range, message
+):
+    monkeypatch.setenv(env, good)
     Proposer(config(model_dir), vocab=vocab)
-    monkeypatch.setenv("KOLM_RSD_SHARED_GAIN", "lots")
-    with pytest.raises(ValueError, match="KOLM_RSD_SHARED_GAIN='lots'"):
+    monkeypatch.setenv(env, "lots")
+    with pytest.raises(ValueError, match=f"{env}='lots'"):
         Proposer(config(model_dir), vocab=vocab)
-    monkeypatch.setenv("KOLM_RSD_SHARED_GAIN", "11")
-    with pytest.raises(ValueError, match="shared_gain=11"):
-        Proposer(config(model_dir), vocab=vocab)
-    monkeypatch.delenv("KOLM_RSD_SHARED_GAIN")
-    monkeypatch.setenv("KOLM_RSD_SHARED_SURE", "0.95")
-    Proposer(config(model_dir), vocab=vocab)
-    monkeypatch.setenv("KOLM_RSD_SHARED_SURE", "sure")
-    with pytest.raises(ValueError, match="KOLM_RSD_SHARED_SURE='sure'"):
-        Proposer(config(model_dir), vocab=vocab)
-    monkeypatch.setenv("KOLM_RSD_SHARED_SURE", "2")
-    with pytest.raises(ValueError, match="shared_sure=2"):
+    monkeypatch.setenv(env, out_of_range)
+    with pytest.raises(ValueError, match=message):
         Proposer(config(model_dir), vocab=vocab)
 
 
