@@ -32,6 +32,17 @@ pub const SHARED_GAIN_RANGE: std::ops::RangeInclusive<f64> = 0.0..=10.0;
 /// The acceptances `shared_sure` may take (0: any token that pays is drafted beside other slots).
 pub const SHARED_SURE_RANGE: std::ops::RangeInclusive<f32> = 0.0..=1.0;
 
+/// `key=v` of `--spec-plugin-arg` read as a number within `range`, or an error naming both (`0..=10`, as written).
+fn number_in<T: std::str::FromStr + PartialOrd + std::fmt::Display>(
+    key: &str,
+    v: &str,
+    range: &std::ops::RangeInclusive<T>,
+) -> Result<T, EngineError> {
+    v.parse().ok().filter(|x| range.contains(x)).ok_or_else(|| {
+        EngineError::Arg(format!("--spec-plugin-arg: {key}={v} is not a number in {}..={}", range.start(), range.end()))
+    })
+}
+
 /// How an engine is set up.
 #[derive(Clone, Debug)]
 pub struct EngineConfig {
@@ -234,20 +245,8 @@ impl EngineConfig {
                         .ok_or_else(|| EngineError::Arg(format!("--spec-plugin-arg: live_cap={v} is not a number of entries in 8..=67108864")))?
                 }
                 Some(("adaptive", v)) => cfg.adaptive = parse_bool(v)?,
-                Some(("shared_gain", v)) => {
-                    cfg.shared_gain = v
-                        .parse()
-                        .ok()
-                        .filter(|g: &f64| SHARED_GAIN_RANGE.contains(g))
-                        .ok_or_else(|| EngineError::Arg(format!("--spec-plugin-arg: shared_gain={v} is not a number in 0..=10")))?
-                }
-                Some(("shared_sure", v)) => {
-                    cfg.shared_sure = v
-                        .parse()
-                        .ok()
-                        .filter(|p: &f32| SHARED_SURE_RANGE.contains(p))
-                        .ok_or_else(|| EngineError::Arg(format!("--spec-plugin-arg: shared_sure={v} is not a number in 0..=1")))?
-                }
+                Some(("shared_gain", v)) => cfg.shared_gain = number_in("shared_gain", v, &SHARED_GAIN_RANGE)?,
+                Some(("shared_sure", v)) => cfg.shared_sure = number_in("shared_sure", v, &SHARED_SURE_RANGE)?,
                 Some(("kv", v)) => {
                     cfg.layout = match v {
                         "auto" => None,
