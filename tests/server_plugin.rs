@@ -6,6 +6,7 @@ mod common;
 use kolm_rsd::llama::{Model, ModelOptions};
 use kolm_rsd::server::{Server, ServerOptions};
 use kolm_rsd::workload;
+use serde_json::{json, Value};
 
 /// Held-out JSON-extraction prompts plus one that invites copying, templated as the server will see them.
 fn prompts(model: &Model) -> Vec<String> {
@@ -78,4 +79,57 @@ fn a_generation_that_fills_the_context_ends_where_plain_decoding_ends() {
     assert!(spec.draft_n_accepted > 0, "nothing was drafted: the test would not test the limit");
     assert_eq!(spec.predicted_n, plain.predicted_n, "tokens generated before the context was full");
     assert_eq!(spec.content, plain.content);
+}
+
+/// `n_probs` answers with the probabilities plain decoding reports for every token, also for the tokens a
+/// verification emits (upstream llama.cpp leaves them at 1 with no candidates: patch 0015), before sampling
+/// and after it, greedy and sampled.
+#[test]
+fn token_probabilities_are_those_of_plain_decoding() {
+    let _one = common::one_at_a_time();
+    let path = common::smol();
+    let model = Model::load(&path, &ModelOptions { n_gpu_layers: 0 }).unwrap();
+    let prompts = prompts(&model);
+    drop(model);
+    let dir = common::scratch("server-token-probs");
+    // The last three prompts (the copy prompt among them): four kinds of request each.
+    let requests: Vec<Value> = prompts[prompts.len().saturating_sub(3)..]
+        .iter()
+        .flat_map(|p| {
+            [(false, 0.0), (true, 0.0), (false, 0.7), (true, 0.7)].map(|(post, temperature)| {
+                json!({"prompt": p, "n_predict": 64, "temperature": temperature, "seed": 42, "n_probs": 5,
+                       "post_sampling_probs": post, "cache_prompt": false})
+            })
+        })
+        .collect();
+    let serve = |plugin: bool, log: &str| -> Vec<Value> {
+        let mut o = ServerOptions::new(&path, &dir.join(log));
+        if plugin {
+            o.plugin = Some(common::plugin());
+            o.plugin_arg = Some("adaptive=0,live=mem,misslog=off".into());
+        }
+        let s = Server::start(&o).unwrap();
+        requests
+            .iter()
+            .map(|r| match s.post("/completion", r.clone()).unwrap() {
+                (200, v) => v,
+                (status, v) => panic!("status {status}: {v}\n{}", s.log_tail()),
+            })
+            .collect()
+    };
+    let plain = serve(false, "plain.log");
+    let spec = serve(true, "plugin.log");
+    let mut accepted = 0;
+    for ((r, a), b) in requests.iter().zip(&plain).zip(&spec) {
+        assert_eq!(a["content"], b["content"], "output differs from plain decoding for {r}");
+        let probs = a["completion_probabilities"].as_array().expect("plain decoding reports probabilities");
+        assert_eq!(probs.len() as u64, a["tokens_predicted"].as_u64().unwrap(), "a row per token");
+        // Before sampling every row lists five candidates, after greedy sampling one (the token, p = 1).
+        let list = if r["post_sampling_probs"] == true { "top_probs" } else { "top_logprobs" };
+        assert!(probs.iter().all(|t| !t[list].as_array().unwrap().is_empty()), "a row without candidates: {a}");
+        assert_eq!(a["completion_probabilities"], b["completion_probabilities"], "probabilities differ for {r}");
+        accepted += b["timings"]["draft_n_accepted"].as_u64().unwrap_or(0);
+    }
+    assert!(accepted > 0, "no draft was accepted: the verification path was not exercised");
+    eprintln!("token probabilities equal over {} requests, {accepted} drafted tokens accepted", requests.len());
 }
