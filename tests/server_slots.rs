@@ -6,6 +6,7 @@
 //! With 4 clients at once, strict batching (patch 0004, on with `--spec-plugin`) keeps every request's
 //! output identical to the same request served alone: prompt chunks are decoded on their own and the
 //! generating slots in calls of at most GGML_CPU_BATCH_INVARIANT_MAX tokens (docs/batch-invariance.md).
+//! That needs a KV stream per slot; a cache shared by the slots is named at start (patch 0016).
 
 mod common;
 
@@ -84,6 +85,8 @@ fn four_concurrent_clients_match_requests_served_alone() {
     }
     let summary = common::plugin_summary(&dir.join("np4-plugin.log"));
     assert!(common::summary_number(&summary, " drafted, ") > 0, "nothing was drafted: {summary}");
+    let log = std::fs::read_to_string(dir.join("np4-plugin.log")).unwrap();
+    assert!(!log.contains(SHARED_KV_WARNING), "a KV stream per slot was taken for a shared cache:\n{log}");
 
     // A pack that never hits, the request's copies and the live index off, the break-even control on: the
     // plugin at 4 slots drafts nothing and changes nothing.
@@ -101,6 +104,27 @@ fn four_concurrent_clients_match_requests_served_alone() {
     assert!(summary.contains("pack hits 0 literal + 0 shape"), "{summary}");
     assert_eq!(common::summary_number(&summary, " drafts, "), 0, "tokens drafted: {summary}");
     assert!(common::summary_number(&summary, "kolm-rsd: ") > 0, "the plugin was never asked: {summary}");
+}
+
+/// What llama-server logs at start when strict batching meets one KV cache shared by several slots (patch 0016).
+const SHARED_KV_WARNING: &str = "slots share one KV cache (kv_unified";
+
+/// With `-kvu` (or `-np` left to auto) the slots share one KV cache, where a sequence's cells land among the
+/// others' and a request served beside others can differ from itself served alone: the server says so at
+/// start, with the remedy.
+#[test]
+fn a_shared_kv_cache_is_named_at_start() {
+    let _serial = common::one_at_a_time();
+    let dir = common::scratch("server-shared-kv");
+    let mut o = ServerOptions::new(&common::smol(), &dir.join("kvu.log"));
+    o.n_parallel = 4;
+    o.plugin = Some(common::plugin());
+    o.plugin_arg = Some("live=mem,misslog=off".into());
+    o.extra = vec!["-kvu".into()];
+    Server::start(&o).unwrap().stop();
+    let log = std::fs::read_to_string(dir.join("kvu.log")).unwrap();
+    let line = log.lines().find(|l| l.contains(SHARED_KV_WARNING)).unwrap_or_else(|| panic!("no warning:\n{log}"));
+    assert!(line.contains("4 slots") && line.contains("pass -np N without -kvu"), "{line}");
 }
 
 /// A pack for SmolLM2's tokenizer whose 64 recipes follow token ids past the vocabulary: no history matches.
