@@ -6,7 +6,8 @@
 //! With 4 clients at once, strict batching (patch 0004, on with `--spec-plugin`) keeps every request's
 //! output identical to the same request served alone: prompt chunks are decoded on their own and the
 //! generating slots in calls of at most GGML_CPU_BATCH_INVARIANT_MAX tokens (docs/batch-invariance.md).
-//! That needs a KV stream per slot; a cache shared by the slots is named at start (patch 0016).
+//! The same holds with the slots sharing one KV cache (`-kvu`, patch 0017) and flash attention; without it a
+//! shared cache is named at start (patch 0016).
 
 mod common;
 
@@ -88,6 +89,21 @@ fn four_concurrent_clients_match_requests_served_alone() {
     let log = std::fs::read_to_string(dir.join("np4-plugin.log")).unwrap();
     assert!(!log.contains(SHARED_KV_WARNING), "a KV stream per slot was taken for a shared cache:\n{log}");
 
+    // The same with the slots sharing one KV cache (`-kvu`, llama-server's layout when `-np` is not given):
+    // patch 0017 keeps each sequence's cells in the order and the place they have when it is served alone.
+    let mut shared4 = spec4.clone();
+    shared4.log = dir.join("np4-kvu-plugin.log");
+    shared4.extra = vec!["-kvu".into()];
+    let server = Server::start(&shared4).unwrap();
+    let got = concurrently(&server, &prompts);
+    server.stop();
+    for (i, (g, r)) in got.iter().zip(&reference).enumerate() {
+        assert_eq!(g, r, "prompt {i}: kolm-rsd -np 4 -kvu with 4 clients differs from plain -np 1");
+    }
+    let log = std::fs::read_to_string(dir.join("np4-kvu-plugin.log")).unwrap();
+    assert!(log.contains("kv_unified = 'true'"), "the slots do not share one cache:\n{log}");
+    assert!(!log.contains(SHARED_KV_WARNING), "a shared cache with flash attention was warned about:\n{log}");
+
     // A pack that never hits, the request's copies and the live index off, the break-even control on: the
     // plugin at 4 slots drafts nothing and changes nothing.
     let mut idle4 = ServerOptions::new(&common::smol(), &dir.join("np4-never.log"));
@@ -109,18 +125,18 @@ fn four_concurrent_clients_match_requests_served_alone() {
 /// What llama-server logs at start when strict batching meets one KV cache shared by several slots (patch 0016).
 const SHARED_KV_WARNING: &str = "slots share one KV cache (kv_unified";
 
-/// With `-kvu` (or `-np` left to auto) the slots share one KV cache, where a sequence's cells land among the
-/// others' and a request served beside others can differ from itself served alone: the server says so at
-/// start, with the remedy.
+/// With `-kvu` (or `-np` left to auto) the slots share one KV cache; without flash attention a row's cells are
+/// summed in SIMD lanes that the other sequences' cells shift, so a request served beside others can differ from
+/// itself served alone: the server says so at start, with the remedy.
 #[test]
-fn a_shared_kv_cache_is_named_at_start() {
+fn a_shared_kv_cache_without_flash_attention_is_named_at_start() {
     let _serial = common::one_at_a_time();
     let dir = common::scratch("server-shared-kv");
     let mut o = ServerOptions::new(&common::smol(), &dir.join("kvu.log"));
     o.n_parallel = 4;
     o.plugin = Some(common::plugin());
     o.plugin_arg = Some("live=mem,misslog=off".into());
-    o.extra = vec!["-kvu".into()];
+    o.extra = vec!["-kvu".into(), "-fa".into(), "off".into()];
     Server::start(&o).unwrap().stop();
     let log = std::fs::read_to_string(dir.join("kvu.log")).unwrap();
     let line = log.lines().find(|l| l.contains(SHARED_KV_WARNING)).unwrap_or_else(|| panic!("no warning:\n{log}"));
