@@ -11,10 +11,20 @@ use kolm_rsd::ffi::api::KolmRsdStats;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use std::collections::HashSet;
+use std::ops::RangeInclusive;
 use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard};
 
 const MAX_DRAFT: usize = kolm_rsd::draft::control::INVARIANT_DRAFT;
+
+/// `value` if given and within `range`, else `default` when not given, else a ValueError naming both.
+fn in_range<T: PartialOrd + std::fmt::Display>(name: &str, value: Option<T>, default: T, range: &RangeInclusive<T>) -> PyResult<T> {
+    match value {
+        None => Ok(default),
+        Some(v) if range.contains(&v) => Ok(v),
+        Some(v) => Err(PyValueError::new_err(format!("{name}={v} is not a number in {}..={}", range.start(), range.end()))),
+    }
+}
 
 /// A drafter for `n_seq` concurrent sequences of one tokenizer, with an optional recipe pack.
 #[pyclass(frozen, module = "kolm_rsd")]
@@ -68,16 +78,8 @@ impl Drafter {
         if n_seq == 0 {
             return Err(PyValueError::new_err("n_seq must be at least 1"));
         }
-        let shared_gain = match shared_gain {
-            None => EngineConfig::default().shared_gain,
-            Some(g) if SHARED_GAIN_RANGE.contains(&g) => g,
-            Some(g) => return Err(PyValueError::new_err(format!("shared_gain={g} is not a number in 0..=10"))),
-        };
-        let shared_sure = match shared_sure {
-            None => EngineConfig::default().shared_sure,
-            Some(p) if SHARED_SURE_RANGE.contains(&p) => p,
-            Some(p) => return Err(PyValueError::new_err(format!("shared_sure={p} is not a number in 0..=1"))),
-        };
+        let shared_gain = in_range("shared_gain", shared_gain, EngineConfig::default().shared_gain, &SHARED_GAIN_RANGE)?;
+        let shared_sure = in_range("shared_sure", shared_sure, EngineConfig::default().shared_sure, &SHARED_SURE_RANGE)?;
         let texts = self::token_texts(token_texts)?;
         let control: HashSet<i32> = control_tokens.unwrap_or_default().into_iter().collect();
         let live = if live { LiveChoice::Memory } else { LiveChoice::Off };
