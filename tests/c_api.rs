@@ -66,6 +66,18 @@ fn verify_batches_are_bitwise_single_token_decoding() {
 }
 
 #[test]
+fn two_sequences_in_one_shared_kv_cache_are_bitwise_without_flash_attention() {
+    // Patch 0017: in a unified KV cache each sequence's cells keep their offsets in pages of their own, so the
+    // non-FA softmax and KQV product sum them in the same SIMD blocks whatever the other sequence holds; with
+    // upstream's placement the same check fails (129 mismatching positions, session 43).
+    for fa in ["off", "on"] {
+        let (ok, out) = batch_invariance(&["-fa", fa, "--mode", "multi", "--kv-unified"], None);
+        assert!(ok, "flash attention {fa}, one shared KV cache: batched logits differ\n{out}");
+        assert!(out.contains("multiU"), "{out}");
+    }
+}
+
+#[test]
 fn without_the_fix_the_check_does_catch_differences() {
     // GGML_CPU_BATCH_INVARIANT_MAX=0 restores upstream kernels (llamafile sgemm for batches > 1):
     // the same check must then fail, or it would prove nothing.
