@@ -83,6 +83,9 @@ pub struct LoadOptions {
     pub ab_arg: String,
     /// llama-server flags `kolm-b` adds to `kolm`'s.
     pub ab_server_args: Vec<String>,
+    /// llama-server flags of every server, the one that answers alone included (`-kvu`: the slots share one KV
+    /// cache, llama-server's layout when `-np` is not given).
+    pub server_args: Vec<String>,
     pub plugin: PathBuf,
     pub configs: Vec<LoadConfig>,
     pub slots: Vec<u32>,
@@ -200,6 +203,7 @@ fn server_options(o: &LoadOptions, c: LoadConfig, slots: u32, round: usize) -> S
     // the sixteen keep-alive clients had all four of their requests answered before the other eight were read,
     // and p99 was their wait (90 s of 100, in plain and kolm-rsd alike), not decoding.
     s.extra.extend(["--threads-http".to_string(), (o.clients + slots as usize).to_string()]);
+    s.extra.extend(o.server_args.iter().cloned());
     match c {
         LoadConfig::Plain => {}
         LoadConfig::PlainStrict => s.extra.push("--strict-batching".into()),
@@ -459,7 +463,7 @@ pub fn markdown(rows: &[LoadRow], bases: &[CeilingBasis], o: &LoadOptions) -> St
     let names: Vec<&str> = rows.first().map(|r| r.p50_by_label.iter().map(|(l, _)| l.as_str()).collect()).unwrap_or_default();
     let _ = writeln!(
         s,
-        "{} clients × {} requests ({}{}, a quarter streamed), {} round(s) per configuration, `n_predict` {}, {} KV cells a slot, model `{}`, pack `{}`\n",
+        "{} clients × {} requests ({}{}, a quarter streamed), {} round(s) per configuration, `n_predict` {}, {} KV cells a slot, model `{}`, pack `{}`{}\n",
         o.clients,
         o.per_client,
         names.join(" and "),
@@ -468,7 +472,8 @@ pub fn markdown(rows: &[LoadRow], bases: &[CeilingBasis], o: &LoadOptions) -> St
         o.n_predict,
         o.slot_ctx,
         file_name(&o.model),
-        file_name(&o.pack)
+        file_name(&o.pack),
+        if o.server_args.is_empty() { String::new() } else { format!(", every server with `{}`", o.server_args.join(" ")) }
     );
     let _ = writeln!(s, "| -np | config | done | identical to alone | tok/s (by round) | × plain | p50 s | p99 s (by round) | p50 {} s | drafted | accepted | ceiling (γ) | of ceiling | healthy |", names.join(" / "));
     let _ = writeln!(s, "|---:|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---|");
@@ -564,6 +569,7 @@ mod tests {
             pack: "m.recipes.json".into(),
             ab_arg: "shared_gain=0.05".into(),
             ab_server_args: vec!["-kvu".into()],
+            server_args: Vec::new(),
             plugin: "libkolm_rsd.so".into(),
             configs: LoadConfig::ALL.to_vec(),
             slots: vec![1, 4, 8],
@@ -702,5 +708,13 @@ mod tests {
         assert!(server_options(&logged, LoadConfig::KolmIdle, 8, 2).plugin_arg.unwrap().ends_with(",steplog=out/steps-np8-kolm-idle-r3.tsv"));
         assert!(server_options(&logged, LoadConfig::Plain, 8, 2).plugin_arg.is_none());
         assert!(LoadConfig::ALL.iter().all(|c| LoadConfig::parse_list(c.name()).unwrap().contains(c)), "every name parses");
+        // --server-args: every server, the one answering alone (-np 1, plain) included, before kolm-b's own.
+        let shared = LoadOptions { server_args: vec!["-fa".into(), "off".into()], ..o.clone() };
+        for c in LoadConfig::ALL {
+            assert_eq!(server_options(&shared, c, 4, 0).extra[2..4], ["-fa", "off"], "{}", c.name());
+        }
+        assert_eq!(server_options(&shared, LoadConfig::KolmB, 4, 0).extra[2..], ["-fa", "off", "-kvu"]);
+        assert!(markdown(&[], &[], &shared).contains("every server with `-fa off`"));
+        assert!(!markdown(&[], &[], &o).contains("every server with"));
     }
 }

@@ -88,6 +88,10 @@ pub struct BenchArgs {
     /// Load mode: llama-server flags that configuration `kolm-b` adds to `kolm`'s (space-separated, e.g. `-kvu`).
     #[arg(long, requires = "load", allow_hyphen_values = true)]
     ab_server_args: Option<String>,
+    /// Load mode: llama-server flags every server gets, the one answering alone included (space-separated, e.g.
+    /// `-kvu`: the slots share one KV cache, as when llama-server is started without -np).
+    #[arg(long, requires = "load", allow_hyphen_values = true)]
+    server_args: Option<String>,
     /// Load mode: every plugin configuration writes a line per server step (wall time, drafting time, the tokens
     /// each slot verified) to steps-np{slots}-{config}-r{round}.tsv under --out.
     #[arg(long, requires = "load")]
@@ -265,6 +269,7 @@ fn run_load(a: BenchArgs) -> Result<i32, Box<dyn std::error::Error>> {
         pack,
         ab_arg: a.ab_arg.clone().unwrap_or_default(),
         ab_server_args: a.ab_server_args.as_deref().unwrap_or("").split_whitespace().map(String::from).collect(),
+        server_args: a.server_args.as_deref().unwrap_or("").split_whitespace().map(String::from).collect(),
         plugin,
         configs: LoadConfig::parse_list(a.configs.as_deref().unwrap_or("plain-strict,kolm-idle,kolm"))?,
         slots: a.slots.clone().unwrap_or_else(|| vec![1, 4, 8]),
