@@ -67,14 +67,17 @@ fn verify_batches_are_bitwise_single_token_decoding() {
 
 #[test]
 fn two_sequences_in_one_shared_kv_cache_are_bitwise_without_flash_attention() {
-    // Patch 0017: in a unified KV cache each sequence's cells keep their offsets in pages of their own, so the
-    // non-FA softmax and KQV product sum them in the same SIMD blocks whatever the other sequence holds; with
-    // upstream's placement the same check fails (129 mismatching positions, session 43).
+    // Patch 0017: in a unified KV cache with pages asked for (llama_memory_kv_pages, as llama-server's strict
+    // batching asks), each sequence's cells keep their offsets in pages of their own, so the non-FA softmax and
+    // KQV product sum them in the same SIMD blocks whatever the other sequence holds.
     for fa in ["off", "on"] {
-        let (ok, out) = batch_invariance(&["-fa", fa, "--mode", "multi", "--kv-unified"], None);
+        let (ok, out) = batch_invariance(&["-fa", fa, "--mode", "multi", "--kv-unified", "--kv-pages"], None);
         assert!(ok, "flash attention {fa}, one shared KV cache: batched logits differ\n{out}");
         assert!(out.contains("multiU"), "{out}");
     }
+    // With upstream's placement (no pages) the same check fails without FA: it does compare.
+    let (ok, out) = batch_invariance(&["-fa", "off", "--mode", "multi", "--kv-unified"], None);
+    assert!(!ok && out.contains("MISMATCH"), "upstream's placement was expected to differ bitwise\n{out}");
 }
 
 #[test]

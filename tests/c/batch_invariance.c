@@ -29,6 +29,8 @@
 //                             --ragged-bench R times one decode per shape of such a step
 //                    all    : plain + reject (+ multi, ragged)   (default: all)
 //     --kv-unified   unified KV buffer for the multi mode (server default for -np > 1)
+//     --kv-pages     with --kv-unified: each sequence in pages of its own (llama_memory_kv_pages, patch 0017),
+//                    as llama-server with strict batching asks for
 //     -q             quiet: only print the tables
 //     --bench R      instead of the checks: time one llama_decode of n = 1..8 tokens of one
 //                    sequence (all logits on, like a verify batch), R repetitions, median;
@@ -80,6 +82,7 @@ struct opts {
     int  bmin, bmax;
     bool do_plain, do_reject, do_multi, do_ragged;
     bool kv_unified;
+    bool kv_pages;
     bool quiet;
     int  bench;
     int  depth;
@@ -115,6 +118,7 @@ static struct llama_context * new_ctx(int n_seq) {
         fprintf(stderr, "failed to create context\n");
         exit(2);
     }
+    llama_memory_kv_pages(llama_get_memory(ctx), g_o.kv_pages);
     return ctx;
 }
 
@@ -431,7 +435,7 @@ int main(int argc, char ** argv) {
 
     if (argc < 2) {
         fprintf(stderr, "usage: %s MODEL [-p PROMPT] [-n N] [-fa on|off|auto] [-t T] [-c N_CTX] [-ngl N] [-dev NAME] [-bmin B] [-bmax B] "
-                        "[--mode plain|reject|multi|all] [--kv-unified] [-q]\n", argv[0]);
+                        "[--mode plain|reject|multi|all] [--kv-unified [--kv-pages]] [-q]\n", argv[0]);
         return 2;
     }
     o->model_path = argv[1];
@@ -449,6 +453,7 @@ int main(int argc, char ** argv) {
         else if (!strcmp(a, "-bmax") && v) { o->bmax = atoi(v); i++; }
         else if (!strcmp(a, "--mode") && v) { mode = v; i++; }
         else if (!strcmp(a, "--kv-unified")) { o->kv_unified = true; }
+        else if (!strcmp(a, "--kv-pages")) { o->kv_pages = true; }
         else if (!strcmp(a, "-q")) { o->quiet = true; }
         else if (!strcmp(a, "--bench") && v) { o->bench = atoi(v); i++; }
         else if (!strcmp(a, "--depth") && v) { o->depth = atoi(v); i++; }
