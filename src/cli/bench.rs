@@ -268,8 +268,8 @@ fn run_load(a: BenchArgs) -> Result<i32, Box<dyn std::error::Error>> {
         model,
         pack,
         ab_arg: a.ab_arg.clone().unwrap_or_default(),
-        ab_server_args: a.ab_server_args.as_deref().unwrap_or("").split_whitespace().map(String::from).collect(),
-        server_args: a.server_args.as_deref().unwrap_or("").split_whitespace().map(String::from).collect(),
+        ab_server_args: flags(&a.ab_server_args),
+        server_args: flags(&a.server_args),
         plugin,
         configs: LoadConfig::parse_list(a.configs.as_deref().unwrap_or("plain-strict,kolm-idle,kolm"))?,
         slots: a.slots.clone().unwrap_or_else(|| vec![1, 4, 8]),
@@ -306,6 +306,11 @@ fn run_load(a: BenchArgs) -> Result<i32, Box<dyn std::error::Error>> {
         eprintln!("note: {differ} answer(s) of plain llama-server or of llama.cpp's own ngram-simple differ from the prompt served alone (plain batches are not batch-invariant; ngram-simple verifies up to 64 tokens at once)");
     }
     Ok(0)
+}
+
+/// Space-separated llama-server flags.
+fn flags(arg: &Option<String>) -> Vec<String> {
+    arg.as_deref().unwrap_or("").split_whitespace().map(String::from).collect()
 }
 
 /// The bench's bar, counting `unit` (the load mode counts whole server runs, not requests).
