@@ -28,12 +28,16 @@ fn one_by_one(server: &Server, prompts: &[String]) -> Vec<String> {
 
 /// `prompts` sent by 4 clients at once (client c sends prompts c, c+4, …); outputs in prompt order.
 fn concurrently(server: &Server, prompts: &[String]) -> Vec<String> {
+    concurrently_n(server, prompts, 80)
+}
+
+fn concurrently_n(server: &Server, prompts: &[String], n_predict: u32) -> Vec<String> {
     let mut out = vec![String::new(); prompts.len()];
     std::thread::scope(|s| {
         let handles: Vec<_> = (0..4)
             .map(|c| {
                 s.spawn(move || {
-                    (c..prompts.len()).step_by(4).map(|i| (i, server.complete(&prompts[i], 80).unwrap().content)).collect::<Vec<_>>()
+                    (c..prompts.len()).step_by(4).map(|i| (i, server.complete(&prompts[i], n_predict).unwrap().content)).collect::<Vec<_>>()
                 })
             })
             .collect();
@@ -166,6 +170,17 @@ fn a_shared_kv_cache_without_flash_attention_matches_requests_served_alone() {
     assert!(common::summary_number(&summary, " drafted, ") > 0, "nothing was drafted: {summary}");
 }
 
+/// 4 slots in one KV cache of 8,192 cells, the plugin drafting from the request's copies at every step.
+fn shared_cache_with_plugin(model: &std::path::Path, log: &std::path::Path) -> ServerOptions {
+    let mut o = ServerOptions::new(model, log);
+    o.n_ctx = 8192;
+    o.n_parallel = 4;
+    o.plugin = Some(common::plugin());
+    o.plugin_arg = Some("adaptive=0,nmax=5,live=mem,misslog=off".into());
+    o.extra = vec!["-kvu".into()];
+    o
+}
+
 /// Prompts longer than a ubatch (512) sent at once: a prompt run that does not fit beside the others in the batch
 /// of 2048 is cut where the prompt alone is cut into ubatches (patch 0018), and a token of a prompt is computed in
 /// the same ubatch as when the prompt is alone. Cut anywhere else, prompts differed now and then (2 of 40 in one
@@ -193,27 +208,8 @@ fn long_prompts_sent_at_once_match_requests_served_alone() {
     let reference: Vec<String> = prompts.iter().map(|p| alone.complete(p, 24).unwrap().content).collect();
     alone.stop();
 
-    let mut o = ServerOptions::new(&common::smol(), &dir.join("kvu.log"));
-    o.n_ctx = 8192;
-    o.n_parallel = 4;
-    o.plugin = Some(common::plugin());
-    o.plugin_arg = Some("adaptive=0,nmax=5,live=mem,misslog=off".into());
-    o.extra = vec!["-kvu".into()];
-    let server = Server::start(&o).unwrap();
-    let mut got = vec![String::new(); prompts.len()];
-    std::thread::scope(|s| {
-        let handles: Vec<_> = (0..4)
-            .map(|c| {
-                let (server, prompts) = (&server, &prompts);
-                s.spawn(move || (c..prompts.len()).step_by(4).map(|i| (i, server.complete(&prompts[i], 24).unwrap().content)).collect::<Vec<_>>())
-            })
-            .collect();
-        for h in handles {
-            for (i, text) in h.join().unwrap() {
-                got[i] = text;
-            }
-        }
-    });
+    let server = Server::start(&shared_cache_with_plugin(&common::smol(), &dir.join("kvu.log"))).unwrap();
+    let got = concurrently_n(&server, &prompts, 24);
     server.stop();
     for (i, (g, r)) in got.iter().zip(&reference).enumerate() {
         assert_eq!(g, r, "prompt {i} ({} tokens): -np 4 -kvu with 4 clients differs from -np 1", lens[i]);
@@ -251,13 +247,7 @@ fn a_sliding_window_model_in_a_shared_kv_cache_matches_requests_served_alone() {
     let reference_long = alone.complete(&long, 80).unwrap();
     alone.stop();
 
-    let mut o = ServerOptions::new(&gemma, &dir.join("kvu.log"));
-    o.n_ctx = 8192;
-    o.n_parallel = 4;
-    o.plugin = Some(common::plugin());
-    o.plugin_arg = Some("adaptive=0,nmax=5,live=mem,misslog=off".into());
-    o.extra = vec!["-kvu".into()];
-    let server = Server::start(&o).unwrap();
+    let server = Server::start(&shared_cache_with_plugin(&gemma, &dir.join("kvu.log"))).unwrap();
     let got = concurrently(&server, &short);
     let got_long = server.complete(&long, 80).unwrap();
     server.stop();
