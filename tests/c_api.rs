@@ -67,7 +67,7 @@ fn verify_batches_are_bitwise_single_token_decoding() {
 
 #[test]
 fn two_sequences_in_one_shared_kv_cache_are_bitwise_without_flash_attention() {
-    // Patch 0017: in a unified KV cache with pages asked for (llama_memory_kv_pages, as llama-server's strict
+    // Patch 0017: in a unified KV cache with pages asked for (llama_context_params.kv_pages, as llama-server's strict
     // batching asks), each sequence's cells keep their offsets in pages of their own, so the non-FA softmax and
     // KQV product sum them in the same SIMD blocks whatever the other sequence holds.
     for fa in ["off", "on"] {

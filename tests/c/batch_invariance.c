@@ -29,7 +29,7 @@
 //                             --ragged-bench R times one decode per shape of such a step
 //                    all    : plain + reject (+ multi, ragged)   (default: all)
 //     --kv-unified   unified KV buffer for the multi mode (server default for -np > 1)
-//     --kv-pages     with --kv-unified: each sequence in pages of its own (llama_memory_kv_pages, patch 0017),
+//     --kv-pages     with --kv-unified: each sequence in pages of its own (llama_context_params.kv_pages, patch 0017),
 //                    as llama-server with strict batching asks for
 //     -q             quiet: only print the tables
 //     --bench R      instead of the checks: time one llama_decode of n = 1..8 tokens of one
@@ -112,13 +112,13 @@ static struct llama_context * new_ctx(int n_seq) {
     cp.flash_attn_type = g_o.fa < 0 ? LLAMA_FLASH_ATTN_TYPE_AUTO :
                          g_o.fa > 0 ? LLAMA_FLASH_ATTN_TYPE_ENABLED : LLAMA_FLASH_ATTN_TYPE_DISABLED;
     cp.kv_unified      = g_o.kv_unified;
+    cp.kv_pages        = g_o.kv_pages;
     cp.no_perf         = true;
     struct llama_context * ctx = llama_init_from_model(g_model, cp);
     if (!ctx) {
         fprintf(stderr, "failed to create context\n");
         exit(2);
     }
-    llama_memory_kv_pages(llama_get_memory(ctx), g_o.kv_pages);
     return ctx;
 }
 
