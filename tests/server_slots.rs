@@ -230,6 +230,49 @@ fn records(k: usize) -> String {
     format!("Here is a list of records.\n{records}Repeat every record as a JSON line:\n")
 }
 
+/// With `-b 1000 -ub 512`, llama-server alone decodes a prompt of 1,100 tokens in a batch of 1,000 (ubatches of 512
+/// and 488), then 100. Strict batching ends a prompt run where its batch ends alone, and cuts one that finds less
+/// room at a multiple of 512 (patch 0018), so every prompt token is computed in the ubatch it has in plain
+/// `-np 1`, and the answers' probabilities are those of plain `-np 1`, one at a time and four at once. Session 44's
+/// cut (multiples of 512 only) changed them for a 1,055-token prompt on Qwen2.5-Coder-0.5B, served alone.
+#[test]
+fn a_batch_that_is_no_multiple_of_the_ubatch_cuts_prompts_where_plain_llama_server_does() {
+    let _serial = common::one_at_a_time();
+    let dir = common::scratch("server-odd-batch");
+    let qwen = kolm_rsd::fetch::model("qwen2.5-coder-0.5b", false).expect("fetch qwen2.5-coder-0.5b");
+    let prompts: Vec<String> = (0..4).map(records).collect();
+    let model = Model::load(&qwen, &ModelOptions { n_gpu_layers: 0 }).unwrap();
+    let lens: Vec<usize> = prompts.iter().map(|p| model.tokenize(p, true, false).unwrap().len()).collect();
+    drop(model);
+    assert!(lens.iter().all(|&n| n > 1000), "prompts that fit in one batch of 1,000: {lens:?}");
+    let odd: Vec<String> = ["-b", "1000", "-ub", "512"].map(String::from).to_vec();
+    let probs = |server: &Server, p: &str| {
+        let body = json!({"prompt": p, "n_predict": 16, "temperature": 0.0, "n_probs": 2, "cache_prompt": false});
+        let (status, v) = server.post("/completion", body).unwrap();
+        assert_eq!(status, 200, "{v}");
+        v["completion_probabilities"].clone()
+    };
+
+    let mut o = ServerOptions::new(&qwen, &dir.join("np1.log"));
+    o.n_ctx = 8192;
+    o.extra = odd.clone();
+    let alone = Server::start(&o).unwrap();
+    let reference: Vec<_> = prompts.iter().map(|p| probs(&alone, p)).collect();
+    alone.stop();
+
+    let mut o = shared_cache_with_plugin(&qwen, &dir.join("kvu.log"));
+    o.extra.extend(odd);
+    let server = Server::start(&o).unwrap();
+    let one_by_one: Vec<_> = prompts.iter().map(|p| probs(&server, p)).collect();
+    let at_once = concurrently_by(&prompts, |p| probs(&server, p));
+    server.stop();
+    for i in 0..prompts.len() {
+        assert!(reference[i].as_array().is_some_and(|a| a.len() == 16), "prompt {i}: no probabilities: {}", reference[i]);
+        assert_eq!(one_by_one[i], reference[i], "prompt {i} ({} tokens), one at a time: -b 1000 differs from plain -np 1", lens[i]);
+        assert_eq!(at_once[i], reference[i], "prompt {i} ({} tokens), four at once: -b 1000 differs from plain -np 1", lens[i]);
+    }
+}
+
 /// Gemma-3 attends over a window of 512 positions in 5 of its 6 layers, from a cache that, alone, is a ring of
 /// 1,024 cells reused once they leave the window. In a cache shared by 4 slots each sequence's pages follow that
 /// ring, and the cache holds a ring for every slot (patch 0017): short requests at once, then four of about 1,100
