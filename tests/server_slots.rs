@@ -172,7 +172,7 @@ fn a_shared_kv_cache_without_flash_attention_matches_requests_served_alone() {
     assert!(common::summary_number(&summary, " drafted, ") > 0, "nothing was drafted: {summary}");
 }
 
-/// 4 slots in one KV cache of 8,192 cells, the plugin drafting from the request's copies at every step.
+/// 4 slots in one KV cache of 8,192 cells a slot (`-c 32768`), the plugin drafting from the copies at every step.
 fn shared_cache_with_plugin(model: &std::path::Path, log: &std::path::Path) -> ServerOptions {
     let mut o = ServerOptions::new(model, log);
     o.n_ctx = 8192;
@@ -315,6 +315,23 @@ fn a_sliding_window_model_in_a_shared_kv_cache_matches_requests_served_alone() {
     let log = std::fs::read_to_string(dir.join("kvu.log")).unwrap();
     assert!(log.contains(SHARED_SWA_NOTE), "no note of the sliding window in a shared cache:\n{log}");
     assert!(!log.contains(NO_PAGE_WARNING), "a sequence found no page:\n{log}");
+}
+
+/// A context too small for every slot's ring of the sliding-window cache (4 × 1,024 cells in 2,048): llama-server
+/// says so at start instead of promising identical answers.
+#[test]
+fn a_context_too_small_for_every_slot_s_window_is_said_at_start() {
+    let _serial = common::one_at_a_time();
+    let dir = common::scratch("server-shared-kv-swa-small");
+    let gemma = kolm_rsd::fetch::model("gemma3-270m", false).expect("fetch gemma3-270m");
+    let mut o = shared_cache_with_plugin(&gemma, &dir.join("kvu.log"));
+    o.n_ctx = 512; // cells a slot: -c 2048
+    let server = Server::start(&o).unwrap();
+    server.stop();
+    let log = std::fs::read_to_string(dir.join("kvu.log")).unwrap();
+    assert!(log.contains(SHARED_SWA_NOTE), "no note of the sliding window in a shared cache:\n{log}");
+    assert!(log.contains("more than the context of 2048 cells gives them"), "no warning of a context too small:\n{log}");
+    assert!(!log.contains("stays identical"), "a promise the cache cannot keep:\n{log}");
 }
 
 /// A pack for SmolLM2's tokenizer whose 64 recipes follow token ids past the vocabulary: no history matches.
