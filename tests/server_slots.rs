@@ -14,7 +14,7 @@ use kolm_rsd::compile::templated;
 use kolm_rsd::llama::{Model, ModelOptions};
 use kolm_rsd::server::{Server, ServerOptions};
 use kolm_rsd::workload;
-use serde_json::json;
+use serde_json::{json, Value};
 
 fn prompts() -> Vec<String> {
     let model = Model::load(&common::smol(), &ModelOptions { n_gpu_layers: 0 }).unwrap();
@@ -172,6 +172,59 @@ fn a_shared_kv_cache_without_flash_attention_matches_requests_served_alone() {
     assert!(common::summary_number(&summary, " drafted, ") > 0, "nothing was drafted: {summary}");
 }
 
+/// The completions of one request (`n_cmpl: 3`) start from its prompt's cells, copied with `seq_cp`. Sharing the
+/// prompt's last, partial page left each completion but one to go on at the same offsets of another page, and
+/// without flash attention the SIMD block that page cuts was summed as two: with session 45's build this test fails
+/// (prompt 7, completion 0). `seq_cp` now gives each copy a page of its own holding that page's cells (patch 0017),
+/// so every completion's text and token probabilities are those of `-np 1 -fa off`.
+#[test]
+fn the_completions_of_one_request_match_the_prompt_served_alone_without_flash_attention() {
+    let _serial = common::one_at_a_time();
+    let dir = common::scratch("server-n-cmpl-fa-off");
+    let prompts = eight_prompts();
+    let fa_off = vec!["-fa".to_string(), "off".to_string()];
+    let mut o = ServerOptions::new(&common::smol(), &dir.join("np1.log"));
+    o.extra = fa_off.clone();
+    let alone = Server::start(&o).unwrap();
+    let reference: Vec<_> = prompts.iter().map(|p| completions(&alone, p, 48, 1).remove(0)).collect();
+    alone.stop();
+
+    let mut o = ServerOptions::new(&common::smol(), &dir.join("kvu.log"));
+    o.n_parallel = 4;
+    o.plugin = Some(common::plugin());
+    o.plugin_arg = Some(format!("adaptive=0,nmax=5,live=mem,misslog=off,pack={}", common::small_pack().display()));
+    o.extra = [vec!["-kvu".to_string()], fa_off].concat();
+    let server = Server::start(&o).unwrap();
+    let got: Vec<_> = prompts.iter().map(|p| completions(&server, p, 48, 3)).collect();
+    server.stop();
+    for (i, (g, r)) in got.iter().zip(&reference).enumerate() {
+        same_completions(g, r, &format!("prompt {i}, -np 4 -kvu -fa off against -np 1 -fa off"));
+    }
+    let log = std::fs::read_to_string(dir.join("kvu.log")).unwrap();
+    assert!(!log.contains(NO_PAGE_WARNING), "a sequence found no page:\n{log}");
+}
+
+/// The `n_cmpl` completions of a greedy request for `prompt`: each one's text and token probabilities.
+fn completions(server: &Server, prompt: &str, n_predict: u32, n_cmpl: usize) -> Vec<(Value, Value)> {
+    let body = json!({"prompt": prompt, "n_predict": n_predict, "temperature": 0.0, "n_probs": 2, "cache_prompt": false,
+                      "n_cmpl": n_cmpl});
+    let (status, v) = server.post("/completion", body).unwrap();
+    assert_eq!(status, 200, "{v}");
+    let all = if n_cmpl == 1 { vec![v] } else { v.as_array().cloned().unwrap_or_default() };
+    assert_eq!(all.len(), n_cmpl, "not {n_cmpl} completions");
+    all.iter().map(|r| (r["content"].clone(), r["completion_probabilities"].clone())).collect()
+}
+
+/// Every completion of `got` has the text and the probabilities of `alone`, which has probabilities.
+fn same_completions(got: &[(Value, Value)], alone: &(Value, Value), what: &str) {
+    assert!(alone.1.as_array().is_some_and(|a| !a.is_empty()), "{what}: no probabilities: {}", alone.1);
+    for (c, g) in got.iter().enumerate() {
+        assert_eq!(g.0, alone.0, "{what}: completion {c} of {} differs", got.len());
+        let at = g.1.as_array().zip(alone.1.as_array()).and_then(|(g, a)| g.iter().zip(a).position(|(x, y)| x != y));
+        assert!(g.1 == alone.1, "{what}: completion {c} of {}: probabilities differ (first at token {at:?})", got.len());
+    }
+}
+
 /// 4 slots in one KV cache of 8,192 cells a slot (`-c 32768`), the plugin drafting from the copies at every step.
 fn shared_cache_with_plugin(model: &std::path::Path, log: &std::path::Path) -> ServerOptions {
     let mut o = ServerOptions::new(model, log);
@@ -277,7 +330,9 @@ fn a_batch_that_is_no_multiple_of_the_ubatch_cuts_prompts_where_plain_llama_serv
 /// 1,024 cells reused once they leave the window. In a cache shared by 4 slots each sequence's pages follow that
 /// ring, and the cache holds a ring for every slot (patch 0017): short requests at once, then four of about 1,100
 /// prompt tokens at once that each go round their ring, all as served alone. Upstream sizes that cache at 2,560
-/// cells, where four such requests found no page and differed (session 44).
+/// cells, where four such requests found no page and differed (session 44). Then three completions of one long
+/// prompt: each gets a copy of the ring's window in pages of its own (patch 0017), as the ring has it alone; shared,
+/// the completions' probabilities differed (session 46).
 #[test]
 fn a_sliding_window_model_in_a_shared_kv_cache_matches_requests_served_alone() {
     let _serial = common::one_at_a_time();
@@ -300,12 +355,15 @@ fn a_sliding_window_model_in_a_shared_kv_cache_matches_requests_served_alone() {
     let alone = Server::start(&o).unwrap();
     let reference = one_by_one(&alone, &short);
     let reference_long = one_by_one(&alone, &long);
+    let reference_copied = completions(&alone, &long[1], 32, 1).remove(0);
     alone.stop();
 
     let server = Server::start(&shared_cache_with_plugin(&gemma, &dir.join("kvu.log"))).unwrap();
     let got = concurrently(&server, &short);
     let got_long = concurrently(&server, &long);
+    let got_copied = completions(&server, &long[1], 32, 3);
     server.stop();
+    same_completions(&got_copied, &reference_copied, &format!("long prompt 1 ({} tokens), n_cmpl 3", lens[1]));
     for (i, (g, r)) in got.iter().zip(&reference).enumerate() {
         assert_eq!(g, r, "prompt {i}: Gemma-3 -np 4 -kvu with 4 clients differs from -np 1");
     }

@@ -27,7 +27,9 @@
 //                             number of tokens (0..b, wrong drafts removed with seq_rm) in one
 //                             batch vs. each sequence decoded alone one token at a time;
 //                             --ragged-bench R times one decode per shape of such a step
-//                    all    : plain + reject (+ multi, ragged)   (default: all)
+//                    copied : as ragged, but the four sequences continue one prompt, decoded in sequence 0
+//                             and copied to the others with llama_memory_seq_cp (llama-server's n_cmpl > 1)
+//                    all    : plain + reject (+ multi, ragged, copied)   (default: all)
 //     --kv-unified   unified KV buffer for the multi mode (server default for -np > 1)
 //     --kv-pages     with --kv-unified: each sequence in pages of its own (llama_context_params.kv_pages, patch 0017),
 //                    as llama-server with strict batching asks for
@@ -80,7 +82,7 @@ struct opts {
     int  n_gpu_layers;
     const char * device;
     int  bmin, bmax;
-    bool do_plain, do_reject, do_multi, do_ragged;
+    bool do_plain, do_reject, do_multi, do_ragged, do_copied;
     bool kv_unified;
     bool kv_pages;
     bool quiet;
@@ -267,22 +269,23 @@ static int run_bench(struct llama_batch * batch, const llama_token * prompt, int
 #define RAGGED_NSEQ 4
 
 // The prompt of sequence s of the ragged mode: the main prompt without its first s tokens, so that
-// every sequence has a context (and a continuation) of its own.
-static void ragged_prompts(const llama_token * prompt, int n_prompt, const llama_token * pt[RAGGED_NSEQ], int np[RAGGED_NSEQ]) {
+// every sequence has a context (and a continuation) of its own; in the copied mode the main prompt.
+static void ragged_prompts(const llama_token * prompt, int n_prompt, bool copied, const llama_token * pt[RAGGED_NSEQ], int np[RAGGED_NSEQ]) {
     for (int s = 0; s < RAGGED_NSEQ; s++) {
-        pt[s] = prompt + s;
-        np[s] = n_prompt - s;
+        pt[s] = copied ? prompt : prompt + s;
+        np[s] = copied ? n_prompt : n_prompt - s;
     }
 }
 
 // ragged: four sequences verify unequal numbers of tokens together, as llama-server's slots do when
 // one drafts and the others do not; each sequence's logits must be those of decoding it alone.
-static int run_ragged(struct llama_batch * batch, const llama_token * prompt, int n_prompt) {
+// copied: the four continue one prompt, decoded once and copied, as the completions of one request.
+static int run_ragged(struct llama_batch * batch, const llama_token * prompt, int n_prompt, bool copied) {
     const int N = g_o.n_gen;
     const size_t lsz = sizeof(float) * (size_t) g_n_vocab;
     const llama_token * pt[RAGGED_NSEQ];
     int np[RAGGED_NSEQ];
-    ragged_prompts(prompt, n_prompt, pt, np);
+    ragged_prompts(prompt, n_prompt, copied, pt, np);
 
     // reference: each sequence alone, one token per llama_decode
     llama_token * tk[RAGGED_NSEQ];
@@ -311,7 +314,11 @@ static int run_ragged(struct llama_batch * batch, const llama_token * prompt, in
         struct llama_context * ctx = new_ctx(RAGGED_NSEQ);
         llama_memory_t mem = llama_get_memory(ctx);
         for (int s = 0; s < RAGGED_NSEQ; s++) {
-            decode_prompt(ctx, batch, pt[s], np[s], s);
+            if (copied && s > 0) {
+                llama_memory_seq_cp(mem, 0, s, -1, -1);
+            } else {
+                decode_prompt(ctx, batch, pt[s], np[s], s);
+            }
         }
         int pos[RAGGED_NSEQ] = {0};   // tokens of each sequence verified so far
         int first[RAGGED_NSEQ], nright[RAGGED_NSEQ];
@@ -360,7 +367,7 @@ static int run_ragged(struct llama_batch * batch, const llama_token * prompt, in
         }
         llama_free(ctx);
         char name[16];
-        snprintf(name, sizeof(name), "ragged%s", g_o.kv_unified ? "U" : "");
+        snprintf(name, sizeof(name), "%s%s", copied ? "copied" : "ragged", g_o.kv_unified ? "U" : "");
         print_row(name, b, &st);
         total += st.mismatched;
     }
@@ -383,7 +390,7 @@ static int run_ragged_bench(struct llama_batch * batch, const llama_token * prom
     const int R = g_o.ragged_bench;
     const llama_token * pt[RAGGED_NSEQ];
     int np[RAGGED_NSEQ];
-    ragged_prompts(prompt, n_prompt, pt, np);
+    ragged_prompts(prompt, n_prompt, false, pt, np);
     struct llama_context * ctx = new_ctx(RAGGED_NSEQ);
     llama_memory_t mem = llama_get_memory(ctx);
     for (int s = 0; s < RAGGED_NSEQ; s++) {
@@ -435,7 +442,7 @@ int main(int argc, char ** argv) {
 
     if (argc < 2) {
         fprintf(stderr, "usage: %s MODEL [-p PROMPT] [-n N] [-fa on|off|auto] [-t T] [-c N_CTX] [-ngl N] [-dev NAME] [-bmin B] [-bmax B] "
-                        "[--mode plain|reject|multi|all] [--kv-unified [--kv-pages]] [-q]\n", argv[0]);
+                        "[--mode plain|reject|multi|ragged|copied|all] [--kv-unified [--kv-pages]] [-q]\n", argv[0]);
         return 2;
     }
     o->model_path = argv[1];
@@ -464,6 +471,7 @@ int main(int argc, char ** argv) {
     o->do_reject = !strcmp(mode, "reject") || !strcmp(mode, "all");
     o->do_multi  = !strcmp(mode, "multi")  || !strcmp(mode, "all");
     o->do_ragged = !strcmp(mode, "ragged") || !strcmp(mode, "all");
+    o->do_copied = !strcmp(mode, "copied") || !strcmp(mode, "all");
     if (o->bmin < 2) o->bmin = 2;
     if (o->n_gen < 2 || o->bmax < o->bmin) { fprintf(stderr, "bad -n / -bmin / -bmax\n"); return 2; }
 
@@ -670,7 +678,10 @@ int main(int argc, char ** argv) {
     }
 
     if (o->do_ragged) {
-        total_mismatch += run_ragged(&batch, prompt, n_prompt);
+        total_mismatch += run_ragged(&batch, prompt, n_prompt, false);
+    }
+    if (o->do_copied) {
+        total_mismatch += run_ragged(&batch, prompt, n_prompt, true);
     }
 
     printf("%s: %d mismatching positions\n", total_mismatch ? "FAIL" : "PASS", total_mismatch);
