@@ -138,6 +138,20 @@ const SHARED_SWA_NOTE: &str = "slots share one KV cache with a sliding-window mo
 /// What the KV cache logs when a sequence finds no page of its own (patch 0017): from there it can differ.
 const NO_PAGE_WARNING: &str = "no KV page of 256 cells free";
 
+/// SmolLM2 without flash attention: plain `-np 1`, or (`shared`) 4 slots in one cache (`-np 4 -kvu`) with the plugin
+/// drafting from the small pack.
+fn smol_fa_off(log: &std::path::Path, shared: bool) -> ServerOptions {
+    let mut o = ServerOptions::new(&common::smol(), log);
+    o.extra = vec!["-fa".into(), "off".into()];
+    if shared {
+        o.n_parallel = 4;
+        o.plugin = Some(common::plugin());
+        o.plugin_arg = Some(format!("adaptive=0,nmax=5,live=mem,misslog=off,pack={}", common::small_pack().display()));
+        o.extra.push("-kvu".into());
+    }
+    o
+}
+
 /// Without flash attention a row's cells are summed in SIMD lanes, in blocks counted from cell 0: in a shared cache
 /// the same holds because each sequence's cells keep their offsets in pages of 256 (patch 0017), so four clients
 /// on `-np 4 -kvu -fa off` get what `-np 1 -fa off` gives, and no sequence goes without a page. The test fails
@@ -147,19 +161,11 @@ fn a_shared_kv_cache_without_flash_attention_matches_requests_served_alone() {
     let _serial = common::one_at_a_time();
     let dir = common::scratch("server-shared-kv-fa-off");
     let prompts = eight_prompts();
-    let fa_off = vec!["-fa".to_string(), "off".to_string()];
-    let mut o = ServerOptions::new(&common::smol(), &dir.join("np1.log"));
-    o.extra = fa_off.clone();
-    let alone = Server::start(&o).unwrap();
+    let alone = Server::start(&smol_fa_off(&dir.join("np1.log"), false)).unwrap();
     let reference = one_by_one(&alone, &prompts);
     alone.stop();
 
-    let mut o = ServerOptions::new(&common::smol(), &dir.join("kvu.log"));
-    o.n_parallel = 4;
-    o.plugin = Some(common::plugin());
-    o.plugin_arg = Some(format!("adaptive=0,nmax=5,live=mem,misslog=off,pack={}", common::small_pack().display()));
-    o.extra = [vec!["-kvu".to_string()], fa_off].concat();
-    let server = Server::start(&o).unwrap();
+    let server = Server::start(&smol_fa_off(&dir.join("kvu.log"), true)).unwrap();
     let got = concurrently(&server, &prompts);
     server.stop();
     for (i, (g, r)) in got.iter().zip(&reference).enumerate() {
@@ -182,19 +188,11 @@ fn the_completions_of_one_request_match_the_prompt_served_alone_without_flash_at
     let _serial = common::one_at_a_time();
     let dir = common::scratch("server-n-cmpl-fa-off");
     let prompts = eight_prompts();
-    let fa_off = vec!["-fa".to_string(), "off".to_string()];
-    let mut o = ServerOptions::new(&common::smol(), &dir.join("np1.log"));
-    o.extra = fa_off.clone();
-    let alone = Server::start(&o).unwrap();
+    let alone = Server::start(&smol_fa_off(&dir.join("np1.log"), false)).unwrap();
     let reference: Vec<_> = prompts.iter().map(|p| completions(&alone, p, 48, 1).remove(0)).collect();
     alone.stop();
 
-    let mut o = ServerOptions::new(&common::smol(), &dir.join("kvu.log"));
-    o.n_parallel = 4;
-    o.plugin = Some(common::plugin());
-    o.plugin_arg = Some(format!("adaptive=0,nmax=5,live=mem,misslog=off,pack={}", common::small_pack().display()));
-    o.extra = [vec!["-kvu".to_string()], fa_off].concat();
-    let server = Server::start(&o).unwrap();
+    let server = Server::start(&smol_fa_off(&dir.join("kvu.log"), true)).unwrap();
     let got: Vec<_> = prompts.iter().map(|p| completions(&server, p, 48, 3)).collect();
     server.stop();
     for (i, (g, r)) in got.iter().zip(&reference).enumerate() {

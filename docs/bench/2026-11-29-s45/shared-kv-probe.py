@@ -3,13 +3,15 @@ go at once, first): ten prompts (six short, four long) served one at a time and 
 `llama-server --strict-batching` on auto -np (4 slots, one cache), each against the same prompt served alone by
 plain `llama-server -np 1`. Usage: MODEL=path.gguf R=rounds python3 shared-kv-probe.py [extra llama-server flags]
 (e.g. `--swa-full`, `-fa off`, `-b 1000 -ub 512`). Run from the repository root after `cargo build --release`;
-BIN=path runs another llama-server."""
+BIN=path runs another llama-server. N_CMPL=n (session 46) instead asks each prompt for n completions (`n_cmpl`),
+one request at a time, and compares every completion with the prompt served alone."""
 import json, os, random, subprocess, sys, time, urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 BIN = os.environ.get('BIN', 'target/llama.cpp/bin/llama-server')
 M = os.path.expanduser(os.environ.get('MODEL', '~/.cache/kolm-rsd/models/gemma-3-270m-q4_k_m.gguf'))
 CTX, NP, R = os.environ.get('CTX', '8192'), int(os.environ.get('NP', '200')), int(os.environ.get('R', '3'))
+N_CMPL = int(os.environ.get('N_CMPL', '1'))
 fa = sys.argv[1:]
 
 def start(port, extra):
@@ -51,17 +53,28 @@ try:
     same = lambda got: ([int(r['content'] == g['content']) for r, g in zip(ref, got)],
                         [int(r['completion_probabilities'] == g['completion_probabilities']) for r, g in zip(ref, got)])
     print('prompt tokens', [r['tokens_evaluated'] for r in ref])
-    print('one at a time: texts, probabilities', *same([post(8712, x) for x in bodies]), flush=True)
-    with ThreadPoolExecutor(4) as ex:
-        got = dict(zip(range(6, 10), ex.map(lambda i: post(8712, bodies[i]), range(6, 10))))
-    print('the four long at once: texts, probabilities', *[[x[i - 6] for i in range(6, 10)]
-          for x in same([got.get(i, ref[i]) for i in range(len(bodies))])], flush=True)
-    for rep in range(R):
-        order = list(range(len(bodies)))
-        random.Random(rep).shuffle(order)
+    if N_CMPL > 1:
+        texts = probs = 0
+        for i, x in enumerate(bodies):
+            got = post(8712, dict(x, n_cmpl=N_CMPL))
+            t = [int(g['content'] == ref[i]['content']) for g in got]
+            q = [int(g['completion_probabilities'] == ref[i]['completion_probabilities']) for g in got]
+            texts, probs = texts + sum(t), probs + sum(q)
+            print('prompt', i, 'completions: texts', t, 'probabilities', q, flush=True)
+        print(f'{texts} of {N_CMPL * len(P)} texts, {probs} of {N_CMPL * len(P)} probability lists equal to -np 1')
+    else:
+        print('one at a time: texts, probabilities', *same([post(8712, x) for x in bodies]), flush=True)
         with ThreadPoolExecutor(4) as ex:
-            got = dict(zip(order, ex.map(lambda i: post(8712, bodies[i]), order)))
-        print('four at a time, round', rep, ': texts, probabilities', *same([got[i] for i in range(len(bodies))]), flush=True)
+            got = dict(zip(range(6, 10), ex.map(lambda i: post(8712, bodies[i]), range(6, 10))))
+        print('the four long at once: texts, probabilities', *[[x[i - 6] for i in range(6, 10)]
+              for x in same([got.get(i, ref[i]) for i in range(len(bodies))])], flush=True)
+        for rep in range(R):
+            order = list(range(len(bodies)))
+            random.Random(rep).shuffle(order)
+            with ThreadPoolExecutor(4) as ex:
+                got = dict(zip(order, ex.map(lambda i: post(8712, bodies[i]), order)))
+            print('four at a time, round', rep, ': texts, probabilities', *same([got[i] for i in range(len(bodies))]),
+                  flush=True)
 finally:
     for p in (a, b):
         p.terminate()
