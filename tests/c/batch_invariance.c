@@ -287,12 +287,17 @@ static int run_ragged(struct llama_batch * batch, const llama_token * prompt, in
     int np[RAGGED_NSEQ];
     ragged_prompts(prompt, n_prompt, copied, pt, np);
 
-    // reference: each sequence alone, one token per llama_decode
+    // reference: each sequence alone, one token per llama_decode (copies: the first one's)
     llama_token * tk[RAGGED_NSEQ];
     float * rf[RAGGED_NSEQ];
     for (int s = 0; s < RAGGED_NSEQ; s++) {
         tk[s] = (llama_token *) malloc(sizeof(llama_token) * (size_t) (N + 1));
         rf[s] = (float *) malloc(lsz * (size_t) N);
+        if (copied && s > 0) {
+            memcpy(tk[s], tk[0], sizeof(llama_token) * (size_t) (N + 1));
+            memcpy(rf[s], rf[0], lsz * (size_t) N);
+            continue;
+        }
         struct llama_context * ctx = new_ctx(1);
         decode_prompt(ctx, batch, pt[s], np[s], 0);
         tk[s][0] = argmax(llama_get_logits_ith(ctx, -1));
