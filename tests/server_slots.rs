@@ -297,12 +297,7 @@ fn a_batch_that_is_no_multiple_of_the_ubatch_cuts_prompts_where_plain_llama_serv
     drop(model);
     assert!(lens.iter().all(|&n| n > 1000), "prompts that fit in one batch of 1,000: {lens:?}");
     let odd: Vec<String> = ["-b", "1000", "-ub", "512"].map(String::from).to_vec();
-    let probs = |server: &Server, p: &str| {
-        let body = json!({"prompt": p, "n_predict": 16, "temperature": 0.0, "n_probs": 2, "cache_prompt": false});
-        let (status, v) = server.post("/completion", body).unwrap();
-        assert_eq!(status, 200, "{v}");
-        v["completion_probabilities"].clone()
-    };
+    let probs = |server: &Server, p: &str| completions(server, p, 16, 1).remove(0).1;
 
     let mut o = ServerOptions::new(&qwen, &dir.join("np1.log"));
     o.n_ctx = 8192;
