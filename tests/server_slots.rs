@@ -272,16 +272,6 @@ fn long_prompts_sent_at_once_match_requests_served_alone() {
     assert!(!log.contains(NO_PAGE_WARNING), "a sequence found no page:\n{log}");
 }
 
-/// A prompt of 60 records to repeat as JSON lines, about 1,100 tokens; `k` varies names, ages and cities.
-fn records(k: usize) -> String {
-    let names = ["Ann Lee", "Bo Chan", "Cy Dorn", "Di Eck"];
-    let cities = ["Oslo", "Lima", "Rome", "Kyiv"];
-    let records: String = (0..60)
-        .map(|i| format!("Record {i}: name {}, age {}, city {}.\n", names[(i + k) % 4], 20 + (i * (k + 1)) % 50, cities[(i + 2 * k) % 4]))
-        .collect();
-    format!("Here is a list of records.\n{records}Repeat every record as a JSON line:\n")
-}
-
 /// With `-b 1000 -ub 512`, llama-server alone decodes a prompt of 1,100 tokens in a batch of 1,000 (ubatches of 512
 /// and 488), then 100. Strict batching ends a prompt run where its batch ends alone, and cuts one that finds less
 /// room at a multiple of 512 (patch 0018), so every prompt token is computed in the ubatch it has in plain
@@ -292,7 +282,7 @@ fn a_batch_that_is_no_multiple_of_the_ubatch_cuts_prompts_where_plain_llama_serv
     let _serial = common::one_at_a_time();
     let dir = common::scratch("server-odd-batch");
     let qwen = kolm_rsd::fetch::model("qwen2.5-coder-0.5b", false).expect("fetch qwen2.5-coder-0.5b");
-    let prompts: Vec<String> = (0..4).map(records).collect();
+    let prompts: Vec<String> = (0..4).map(common::records).collect();
     let model = Model::load(&qwen, &ModelOptions { n_gpu_layers: 0 }).unwrap();
     let lens: Vec<usize> = prompts.iter().map(|p| model.tokenize(p, true, false).unwrap().len()).collect();
     drop(model);
@@ -341,7 +331,7 @@ fn a_sliding_window_model_in_a_shared_kv_cache_matches_requests_served_alone() {
         .enumerate()
         .map(|(i, n)| format!("Extract the fields as JSON: name {n}, age {}, city Oslo.\nJSON:", 30 + i))
         .collect();
-    let long: Vec<String> = (0..4).map(records).collect();
+    let long: Vec<String> = (0..4).map(common::records).collect();
 
     let model = Model::load(&gemma, &ModelOptions { n_gpu_layers: 0 }).unwrap();
     let lens: Vec<usize> = long.iter().map(|p| model.tokenize(p, true, false).unwrap().len()).collect();

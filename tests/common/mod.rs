@@ -128,3 +128,13 @@ pub fn shortlist_with(model: &kolm_rsd::llama::Model, must: &[kolm_rsd::llama::T
     std::fs::write(path, s.to_vec()).unwrap();
     s
 }
+
+/// A prompt of 60 records to repeat as JSON lines, about 1,100 tokens; `k` varies names, ages and cities.
+pub fn records(k: usize) -> String {
+    let names = ["Ann Lee", "Bo Chan", "Cy Dorn", "Di Eck"];
+    let cities = ["Oslo", "Lima", "Rome", "Kyiv"];
+    let records: String = (0..60)
+        .map(|i| format!("Record {i}: name {}, age {}, city {}.\n", names[(i + k) % 4], 20 + (i * (k + 1)) % 50, cities[(i + 2 * k) % 4]))
+        .collect();
+    format!("Here is a list of records.\n{records}Repeat every record as a JSON line:\n")
+}

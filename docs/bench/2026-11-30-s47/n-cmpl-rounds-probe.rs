@@ -10,14 +10,6 @@ mod common;
 use kolm_rsd::server::{Server, ServerOptions};
 use serde_json::{json, Value};
 
-fn records(k: usize) -> String {
-    let names = ["Ann Lee", "Bo Chan", "Cy Dorn", "Di Eck"];
-    let cities = ["Oslo", "Lima", "Rome", "Kyiv"];
-    let records: String = (0..60)
-        .map(|i| format!("Record {i}: name {}, age {}, city {}.\n", names[(i + k) % 4], 20 + (i * (k + 1)) % 50, cities[(i + 2 * k) % 4]))
-        .collect();
-    format!("Here is a list of records.\n{records}Repeat every record as a JSON line:\n")
-}
 fn completions(server: &Server, prompt: &str, n_predict: u32, n_cmpl: usize) -> Vec<(Value, Value)> {
     let body = json!({"prompt": prompt, "n_predict": n_predict, "temperature": 0.0, "n_probs": 2, "cache_prompt": false,
                       "n_cmpl": n_cmpl});
@@ -30,7 +22,7 @@ fn completions(server: &Server, prompt: &str, n_predict: u32, n_cmpl: usize) -> 
 fn probe() {
     let gemma = kolm_rsd::fetch::model("gemma3-270m", false).unwrap();
     let dir = common::scratch("zz-probe");
-    let long: Vec<String> = (0..4).map(records).collect();
+    let long: Vec<String> = (0..4).map(common::records).collect();
     let short: Vec<String> = ["Ann Lee", "Bo Chan", "Cy Dorn", "Di Eck", "Ed Fox", "Flo Gil"].iter().enumerate()
         .map(|(i, n)| format!("Extract the fields as JSON: name {n}, age {}, city Oslo.\nJSON:", 30 + i)).collect();
     let mut o = ServerOptions::new(&gemma, &dir.join("np1.log"));
