@@ -96,6 +96,26 @@ fn sequences_copied_from_one_prompt_in_a_shared_kv_cache_are_bitwise() {
 }
 
 #[test]
+fn copies_of_a_prompt_past_its_sliding_window_ring_replace_cells_and_stay_bitwise() {
+    // Patch 0017 on Gemma-3 (a window of 512 positions; alone, a ring of 1,024 cells): a prompt of 1,088 tokens goes
+    // round its ring in sequence 0 after sequences 1..3 took a short prompt each, and the copies replace those
+    // (seq_rm, then seq_cp, as llama-server copies a prompt to slots that kept their cells), so each finds its freed
+    // page below the ring and shares the ring's cells. Session 46's seq_cp also shared the cells that had left the
+    // window; sequence 0 then found its next cell taken and no page, and 144 of 576 positions differed with FA, 96
+    // without.
+    let gemma = kolm_rsd::fetch::model("gemma3-270m", false).expect("fetch gemma3-270m");
+    let exe = common::scratch("c-batch-invariance-swa-copied").join("batch_invariance");
+    common::cc(&["tests/c/batch_invariance.c"], &exe, false, false);
+    let prompt = common::records(1);
+    for fa in ["off", "on"] {
+        let (ok, out) = run(Command::new(&exe).arg(&gemma).args(["-c", "8192", "-q", "--mode", "copied", "--kv-unified"])
+            .args(["--kv-pages", "--copy-over", "-fa", fa, "-p", &prompt]));
+        assert!(ok, "Gemma-3, flash attention {fa}: copies of a prompt past its ring differ from it decoded alone\n{out}");
+        assert!(out.contains("copiedU") && out.contains("prompt tokens 1088,"), "{out}");
+    }
+}
+
+#[test]
 fn without_the_fix_the_check_does_catch_differences() {
     // GGML_CPU_BATCH_INVARIANT_MAX=0 restores upstream kernels (llamafile sgemm for batches > 1):
     // the same check must then fail, or it would prove nothing.

@@ -33,6 +33,8 @@
 //     --kv-unified   unified KV buffer for the multi mode (server default for -np > 1)
 //     --kv-pages     with --kv-unified: each sequence in pages of its own (llama_context_params.kv_pages, patch 0017),
 //                    as llama-server with strict batching asks for
+//     --copy-over    copied mode: sequences 1..3 first hold a short prompt of their own, which the copies replace
+//                    (llama_memory_seq_rm, then seq_cp), as in the slots llama-server copies a prompt to
 //     -q             quiet: only print the tables
 //     --bench R      instead of the checks: time one llama_decode of n = 1..8 tokens of one
 //                    sequence (all logits on, like a verify batch), R repetitions, median;
@@ -85,6 +87,7 @@ struct opts {
     bool do_plain, do_reject, do_multi, do_ragged, do_copied;
     bool kv_unified;
     bool kv_pages;
+    bool copy_over;
     bool quiet;
     int  bench;
     int  depth;
@@ -115,6 +118,7 @@ static struct llama_context * new_ctx(int n_seq) {
                          g_o.fa > 0 ? LLAMA_FLASH_ATTN_TYPE_ENABLED : LLAMA_FLASH_ATTN_TYPE_DISABLED;
     cp.kv_unified      = g_o.kv_unified;
     cp.kv_pages        = g_o.kv_pages;
+    cp.swa_full        = false; // a sliding-window cache is a ring, as in llama-server
     cp.no_perf         = true;
     struct llama_context * ctx = llama_init_from_model(g_model, cp);
     if (!ctx) {
@@ -162,13 +166,16 @@ static llama_token argmax(const float * l) {
     return best;
 }
 
-// decode the prompt of sequence `seq` in one batch (same batch shape in every run)
+// decode the prompt of sequence `seq` in batches of n_batch, as llama-server does (same batch shapes in every run)
 static void decode_prompt(struct llama_context * ctx, struct llama_batch * b, const llama_token * toks, int n, llama_seq_id seq) {
-    b->n_tokens = 0;
-    for (int i = 0; i < n; i++) {
-        batch_add(b, toks[i], i, seq, i == n - 1);
+    const int n_batch = (int) llama_n_batch(ctx);
+    for (int i0 = 0; i0 < n; i0 += n_batch) {
+        b->n_tokens = 0;
+        for (int i = i0; i < n && i < i0 + n_batch; i++) {
+            batch_add(b, toks[i], i, seq, i == n - 1);
+        }
+        decode_or_die(ctx, b);
     }
-    decode_or_die(ctx, b);
 }
 
 struct cmp_stats {
@@ -318,8 +325,12 @@ static int run_ragged(struct llama_batch * batch, const llama_token * prompt, in
         struct cmp_stats st = {0, 0, 0.0};
         struct llama_context * ctx = new_ctx(RAGGED_NSEQ);
         llama_memory_t mem = llama_get_memory(ctx);
+        for (int s = 1; copied && g_o.copy_over && s < RAGGED_NSEQ; s++) {
+            decode_prompt(ctx, batch, pt[s], np[s] < 32 ? np[s] : 32, s);
+        }
         for (int s = 0; s < RAGGED_NSEQ; s++) {
             if (copied && s > 0) {
+                llama_memory_seq_rm(mem, s, -1, -1);
                 llama_memory_seq_cp(mem, 0, s, -1, -1);
             } else {
                 decode_prompt(ctx, batch, pt[s], np[s], s);
@@ -447,7 +458,7 @@ int main(int argc, char ** argv) {
 
     if (argc < 2) {
         fprintf(stderr, "usage: %s MODEL [-p PROMPT] [-n N] [-fa on|off|auto] [-t T] [-c N_CTX] [-ngl N] [-dev NAME] [-bmin B] [-bmax B] "
-                        "[--mode plain|reject|multi|ragged|copied|all] [--kv-unified [--kv-pages]] [-q]\n", argv[0]);
+                        "[--mode plain|reject|multi|ragged|copied|all] [--kv-unified [--kv-pages]] [--copy-over] [-q]\n", argv[0]);
         return 2;
     }
     o->model_path = argv[1];
@@ -466,6 +477,7 @@ int main(int argc, char ** argv) {
         else if (!strcmp(a, "--mode") && v) { mode = v; i++; }
         else if (!strcmp(a, "--kv-unified")) { o->kv_unified = true; }
         else if (!strcmp(a, "--kv-pages")) { o->kv_pages = true; }
+        else if (!strcmp(a, "--copy-over")) { o->copy_over = true; }
         else if (!strcmp(a, "-q")) { o->quiet = true; }
         else if (!strcmp(a, "--bench") && v) { o->bench = atoi(v); i++; }
         else if (!strcmp(a, "--depth") && v) { o->depth = atoi(v); i++; }
