@@ -133,3 +133,65 @@ fn token_probabilities_are_those_of_plain_decoding() {
     assert!(accepted > 0, "no draft was accepted: the verification path was not exercised");
     eprintln!("token probabilities equal over {} requests, {accepted} drafted tokens accepted", requests.len());
 }
+
+/// With `--cache-exact` and prompt caching on (llama-server's default), a request reuses an earlier prompt's cells only
+/// up to a ubatch that starts there when its own prompt is decoded alone, and only cells that were computed so (patch
+/// 0019): every answer and its probabilities equal the same request with `cache_prompt: false`, while shared prefixes
+/// are still reused. Without the flag the server reuses the longest common prefix, as upstream, and that changes them.
+#[test]
+fn a_cached_prompt_answers_as_the_prompt_decoded_alone() {
+    let _one = common::one_at_a_time();
+    let path = common::smol();
+    let records = workload::load("json-extraction").unwrap();
+    let texts: Vec<&str> = records.iter().map(|r| r.text.as_str()).collect();
+    let base = texts[..3].join("\n\n");
+    let a = format!("{base}\n\nFirst, the contact card above:");
+    let c = format!("{}\n\nSomething else entirely: summarise this.", &base[..base.len() / 2]);
+    let d = texts[3..5].join("\n\n");
+    let dir = common::scratch("server-prompt-cache");
+    let body = |p: &str, cache: bool| json!({"prompt": p, "n_predict": 48, "temperature": 0.0, "n_probs": 2, "cache_prompt": cache});
+    // Serves A, then B (A, its answer and a new question: a second turn), C (half of A's start), A, D (unrelated),
+    // B and C again, with the cache and then each alone; counts the answers that differ (text or probabilities).
+    let serve = |exact: bool, log: &str| -> (usize, Vec<u64>, u64, String) {
+        let mut o = ServerOptions::new(&path, &dir.join(log));
+        o.plugin = Some(common::plugin());
+        o.plugin_arg = Some("adaptive=0,live=mem,misslog=off".into());
+        // batches of 160 tokens cut into ubatches of 64: boundaries at 64, 128, 160, 224, ...
+        o.extra = ["-b", "160", "-ub", "64", "-fa", "off"].map(String::from).to_vec();
+        if exact {
+            o.extra.extend(["--cache-exact", "--cache-reuse", "64"].map(String::from));
+        }
+        let s = Server::start(&o).unwrap();
+        let ask = |p: &str, cache: bool| match s.post("/completion", body(p, cache)).unwrap() {
+            (200, v) => v,
+            (status, v) => panic!("status {status}: {v}\n{}", s.log_tail()),
+        };
+        let first = ask(&a, true);
+        let b = format!("{a}{}\n\nNow the second one:", first["content"].as_str().unwrap());
+        let order = [&a, &b, &c, &a, &d, &b, &c];
+        let cached: Vec<Value> = std::iter::once(first).chain(order[1..].iter().map(|p| ask(p, true))).collect();
+        let (mut differ, mut accepted) = (0, 0);
+        for (p, v) in order.iter().zip(&cached) {
+            let alone = ask(p, false);
+            assert_eq!(alone["timings"]["cache_n"], 0, "a request without the cache reused cells");
+            differ += usize::from(v["content"] != alone["content"] || v["completion_probabilities"] != alone["completion_probabilities"]);
+            accepted += v["timings"]["draft_n_accepted"].as_u64().unwrap_or(0);
+        }
+        let reused = cached.iter().map(|v| v["timings"]["cache_n"].as_u64().unwrap()).collect();
+        let log = std::fs::read_to_string(dir.join(log)).unwrap();
+        s.stop();
+        (differ, reused, accepted, log)
+    };
+    let (differ, reused, accepted, log) = serve(true, "exact.log");
+    eprintln!("--cache-exact: cells reused {reused:?}, {accepted} drafted tokens accepted");
+    assert_eq!(differ, 0, "with --cache-exact, an answer from a cached prompt differs from its prompt decoded alone");
+    assert!(reused.iter().all(|n| n % 160 % 64 == 0), "reuse stopped inside an alone ubatch: {reused:?}");
+    assert!(reused[1] >= 640, "the second turn reused less than its first turn's whole ubatches: {reused:?}");
+    assert!(reused.iter().filter(|&&n| n > 0).count() >= 4, "shared prefixes were not reused: {reused:?}");
+    assert!(accepted > 0, "no draft was accepted: the test served no verification");
+    assert!(log.contains("--cache-reuse moves cached cells"), "--cache-reuse was not refused:\n{log}");
+
+    let (differ, reused, _, _) = serve(false, "default.log");
+    eprintln!("without --cache-exact: cells reused {reused:?}, {differ} of 7 answers differ from alone");
+    assert!(differ > 0, "upstream's reuse changed no answer, so this test would not catch a change of cells");
+}

@@ -297,17 +297,44 @@ fn a_batch_that_is_no_multiple_of_the_ubatch_cuts_prompts_where_plain_llama_serv
     let reference: Vec<_> = prompts.iter().map(|p| probs(&alone, p)).collect();
     alone.stop();
 
+    // With the cache and --cache-exact, four at once (patch 0019): a second turn of each prompt (its cells reused up to
+    // 1,000), then each prompt's first 60% with another ending (reused up to 512, the rest of the batch of 1,000 a run
+    // of 488).
+    let turns: Vec<String> = prompts.iter().map(|p| format!("{p}\nAnd now the next record, please.")).collect();
+    let cuts: Vec<String> = prompts.iter().map(|p| format!("{}\nSummarise the records above.", &p[..p.len() * 3 / 5])).collect();
+    let mut o = ServerOptions::new(&qwen, &dir.join("np1-turns.log"));
+    o.n_ctx = 8192;
+    o.extra = odd.clone();
+    let alone = Server::start(&o).unwrap();
+    let turns_alone: Vec<_> = turns.iter().chain(&cuts).map(|p| probs(&alone, p)).collect();
+    alone.stop();
+    let cached = |server: &Server, p: &str| {
+        let body = json!({"prompt": p, "n_predict": 16, "temperature": 0.0, "n_probs": 2, "cache_prompt": true});
+        let (status, v) = server.post("/completion", body).unwrap();
+        assert_eq!(status, 200, "{v}");
+        (v["completion_probabilities"].clone(), v["timings"]["cache_n"].as_u64().unwrap())
+    };
+
     let mut o = shared_cache_with_plugin(&qwen, &dir.join("kvu.log"));
     o.extra.extend(odd);
+    o.extra.push("--cache-exact".into());
     let server = Server::start(&o).unwrap();
     let one_by_one: Vec<_> = prompts.iter().map(|p| probs(&server, p)).collect();
     let at_once = concurrently_by(&prompts, |p| probs(&server, p));
+    let turns_cached = [concurrently_by(&turns, |p| cached(&server, p)), concurrently_by(&cuts, |p| cached(&server, p))].concat();
     server.stop();
     for i in 0..prompts.len() {
         assert!(reference[i].as_array().is_some_and(|a| a.len() == 16), "prompt {i}: no probabilities: {}", reference[i]);
         assert_eq!(one_by_one[i], reference[i], "prompt {i} ({} tokens), one at a time: -b 1000 differs from plain -np 1", lens[i]);
         assert_eq!(at_once[i], reference[i], "prompt {i} ({} tokens), four at once: -b 1000 differs from plain -np 1", lens[i]);
     }
+    let reused: Vec<u64> = turns_cached.iter().map(|t| t.1).collect();
+    eprintln!("cells reused: {reused:?}");
+    for (i, (got, alone)) in turns_cached.iter().zip(&turns_alone).enumerate() {
+        assert_eq!(&got.0, alone, "request {i} of the cached rounds (reused {reused:?}): differs from plain -np 1 alone");
+    }
+    assert!(reused.iter().all(|n| n % 1000 % 512 == 0), "reuse stopped inside an alone ubatch: {reused:?}");
+    assert!(reused[..4].iter().all(|&n| n >= 1000) && reused[4..].contains(&512), "prompts were not reused: {reused:?}");
 }
 
 /// Gemma-3 attends over a window of 512 positions in 5 of its 6 layers, from a cache that, alone, is a ring of
@@ -392,6 +419,26 @@ fn a_context_too_small_for_every_slot_s_window_is_said_at_start() {
 }
 
 /// A pack for SmolLM2's tokenizer whose 64 recipes follow token ids past the vocabulary: no history matches.
+/// `--cache-exact` says at start where it does not apply (patch 0019): a server without strict batching, and a model
+/// whose memory keeps checkpoints (Gemma-3's sliding window), reuse prompts as without it.
+#[test]
+fn cache_exact_says_at_start_where_it_does_not_apply() {
+    let _serial = common::one_at_a_time();
+    let dir = common::scratch("server-cache-exact-start");
+    let gemma = kolm_rsd::fetch::model("gemma3-270m", false).expect("fetch gemma3-270m");
+    let mut o = ServerOptions::new(&gemma, &dir.join("gemma.log"));
+    o.plugin = Some(common::plugin());
+    o.extra = vec!["--cache-exact".into()];
+    Server::start(&o).unwrap().stop();
+    let mut o = ServerOptions::new(&common::smol(), &dir.join("plain.log"));
+    o.extra = vec!["--cache-exact".into()];
+    Server::start(&o).unwrap().stop();
+    let gemma = std::fs::read_to_string(dir.join("gemma.log")).unwrap();
+    assert!(gemma.contains("--cache-exact: this model's memory keeps checkpoints"), "no warning for Gemma:\n{gemma}");
+    let plain = std::fs::read_to_string(dir.join("plain.log")).unwrap();
+    assert!(plain.contains("--cache-exact needs strict batching"), "no warning without strict batching:\n{plain}");
+}
+
 fn never_hitting_pack(dir: &std::path::Path) -> std::path::PathBuf {
     use kolm_rsd::pack::{CompileParams, Entry, EntryKind, ModelInfo, Pack, PackMeta, Recommended};
     let model = Model::load(&common::smol(), &ModelOptions { n_gpu_layers: 0 }).unwrap();
