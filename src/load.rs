@@ -32,6 +32,9 @@ pub struct Request {
     pub kind: Kind,
     /// What the request tests, for the report ("json", "long prompt", "bad JSON" …).
     pub label: String,
+    /// `cache_prompt`: reuse the slot's cached prompt (llama-server's default). Off, every request is decoded as
+    /// alone (docs/batch-invariance.md).
+    pub cache_prompt: bool,
 }
 
 impl Request {
@@ -41,7 +44,7 @@ impl Request {
             "n_predict": self.n_predict,
             "temperature": 0.0,
             "seed": 0,
-            "cache_prompt": false,
+            "cache_prompt": self.cache_prompt,
             "stream": stream,
         })
     }
@@ -212,7 +215,7 @@ mod tests {
     }
 
     fn req(kind: Kind) -> Request {
-        Request { prompt: "p".into(), n_predict: 4, kind, label: "t".into() }
+        Request { prompt: "p".into(), n_predict: 4, kind, label: "t".into(), cache_prompt: false }
     }
 
     #[test]

@@ -82,6 +82,7 @@ pub fn plan(p: &Prompts, o: &StressOptions) -> Vec<Request> {
         n_predict,
         kind,
         label: label.to_string(),
+        cache_prompt: false,
     };
     let raw = |path: &'static str, body: &str, label: &str| greedy("", 0, Kind::Raw { path, body: body.to_string() }, label);
     (0..total)

@@ -103,6 +103,9 @@ pub struct LoadOptions {
     /// Every plugin configuration logs a line per server step (`steplog=`) to
     /// `steps-np{slots}-{config}-r{round}.tsv` in `out`.
     pub step_log: bool,
+    /// The stream's requests reuse cached prompts (`cache_prompt`, llama-server's default); the answers served alone
+    /// never do.
+    pub cache_prompt: bool,
 }
 
 /// One configuration at one slot count.
@@ -188,7 +191,7 @@ pub fn plan(workloads: &[Prompts], o: &LoadOptions) -> Vec<Request> {
             let prompt = p[next[w] % p.len()].clone();
             next[w] += 1;
             let kind = if i % 4 == 3 { Kind::Stream } else { Kind::Plain };
-            Request { prompt, n_predict: o.n_predict, kind, label: workloads[w].name.clone() }
+            Request { prompt, n_predict: o.n_predict, kind, label: workloads[w].name.clone(), cache_prompt: o.cache_prompt }
         })
         .collect()
 }
@@ -582,6 +585,7 @@ mod tests {
             request_timeout: Duration::from_secs(60),
             repeat: 1,
             step_log: false,
+            cache_prompt: false,
         }
     }
 
@@ -596,6 +600,9 @@ mod tests {
         assert_eq!(reqs.iter().filter(|r| r.label == "json-extraction").count(), 32);
         assert_eq!(reqs.iter().filter(|r| r.kind == Kind::Stream).count(), 16);
         assert_eq!(reqs[..4].iter().map(|r| r.prompt.as_str()).collect::<Vec<_>>(), ["s1", "p1", "s2", "p1"]);
+        assert!(reqs.iter().all(|r| !r.cache_prompt), "the stream reuses cached prompts unasked");
+        let cached = plan(&workloads(&[("mt-bench", &["p1"])]), &LoadOptions { cache_prompt: true, ..opts() });
+        assert!(cached.iter().all(|r| r.cache_prompt), "--cache-prompt: a request without it");
         let alone = plan(&workloads(&[("mt-bench", &["p1"])]), &opts());
         assert!(alone.iter().all(|r| r.label == "mt-bench"), "one workload: its name, not \"structured\"");
         let three = plan(&workloads(&[("a", &["a1"]), ("b", &["b1"]), ("c", &["c1"])]), &opts());

@@ -96,6 +96,11 @@ pub struct BenchArgs {
     /// each slot verified) to steps-np{slots}-{config}-r{round}.tsv under --out.
     #[arg(long, requires = "load")]
     step_log: bool,
+    /// Load mode: requests go with `cache_prompt: true` (llama-server's default: a slot reuses what it cached of an
+    /// earlier prompt; `--ab-server-args --cache-exact` then measures the exact reuse); the answers served alone go
+    /// without it.
+    #[arg(long, requires = "load")]
+    cache_prompt: bool,
     /// Compile mode: the pack compile's generation throughput beside llama-batched-bench's at the same parallel
     /// sequences, prompt length and answer budget (first model, first workload, --train-prompts prompts,
     /// default 8; --samples, --n-predict as the answer budget, --threads).
@@ -282,6 +287,7 @@ fn run_load(a: BenchArgs) -> Result<i32, Box<dyn std::error::Error>> {
         request_timeout: Duration::from_secs(1800),
         repeat: a.repeat.unwrap_or(1).max(1),
         step_log: a.step_log,
+        cache_prompt: a.cache_prompt,
     };
     if o.slots.contains(&0) {
         return Err("--slots: a slot count must be at least 1".into());

@@ -28,7 +28,7 @@ impl Side {
         let (records, wall) = super::run(server.port(), requests, limits);
         let rss_kib = server.rss_kib();
         let agent = ureq::AgentBuilder::new().timeout(limits.request_timeout).build();
-        let after = Request { prompt: "Hello".into(), n_predict: 8, kind: Kind::Plain, label: "after".into() };
+        let after = Request { prompt: "Hello".into(), n_predict: 8, kind: Kind::Plain, label: "after".into(), cache_prompt: false };
         let serves = matches!(send(&agent, server.port(), &after), Outcome::Done { .. });
         let healthy = server.healthy() && serves;
         Side { name: name.to_string(), records, wall, healthy, rss_kib, summary: String::new() }
@@ -80,7 +80,7 @@ pub fn alone(server: &Server, requests: &[Request], timeout: Duration) -> HashMa
     let mut alone = HashMap::new();
     for r in requests {
         if let Some(Entry::Vacant(slot)) = key(r).map(|k| alone.entry(k)) {
-            let one = Request { kind: Kind::Plain, ..r.clone() };
+            let one = Request { kind: Kind::Plain, cache_prompt: false, ..r.clone() };
             slot.insert(match send(&agent, server.port(), &one) {
                 Outcome::Done { content, .. } => content,
                 other => format!("<{other:?}>"),

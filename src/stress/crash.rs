@@ -66,7 +66,7 @@ pub fn run(prompts: &[String], o: &CrashOptions) -> Result<CrashReport, Box<dyn 
     let mut torn_before = 0;
     let requests: Vec<Request> = prompts
         .iter()
-        .map(|p| Request { prompt: p.clone(), n_predict: t.n_predict, kind: Kind::Plain, label: "crash".into() })
+        .map(|p| Request { prompt: p.clone(), n_predict: t.n_predict, kind: Kind::Plain, label: "crash".into(), cache_prompt: false })
         .collect();
     for k in 0..o.kills {
         let arg = t.pack_arg(&format!(",misslog={},misslog_cap={}", log_path.display(), o.cap_bytes));

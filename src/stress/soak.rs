@@ -54,6 +54,7 @@ pub fn run(prompts: &[String], o: &SoakOptions) -> Result<Vec<Curve>, Box<dyn st
             n_predict: t.n_predict,
             kind: if i % 4 == 1 { Kind::Stream } else { Kind::Plain },
             label: "soak".into(),
+            cache_prompt: false,
         })
         .collect();
     let limits = Limits { clients: o.clients, deadline: Duration::from_secs(24 * 3600), request_timeout: o.request_timeout };
