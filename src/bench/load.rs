@@ -196,6 +196,12 @@ pub fn plan(workloads: &[Prompts], o: &LoadOptions) -> Vec<Request> {
         .collect()
 }
 
+/// Whether `c`'s answers in this run must each be byte-identical to the prompt served alone: an exact configuration,
+/// and with cached prompts only when its server reuses them exactly (`--cache-exact`, docs/batch-invariance.md).
+pub fn promised(o: &LoadOptions, c: LoadConfig) -> bool {
+    c.exact() && (!o.cache_prompt || server_options(o, c, 1, 0).extra.iter().any(|a| a == "--cache-exact"))
+}
+
 fn server_options(o: &LoadOptions, c: LoadConfig, slots: u32, round: usize) -> ServerOptions {
     let mut s = ServerOptions::new(&o.model, &o.out.join(format!("load-np{slots}-{}.log", c.name())));
     s.n_parallel = slots;
@@ -710,6 +716,11 @@ mod tests {
         let ngram = server_options(&o, LoadConfig::NgramSimple, 4, 0);
         assert_eq!((&ngram.extra[2..], ngram.plugin.is_none()), (&["--spec-type".to_string(), "ngram-simple".to_string()][..], true));
         assert!(LoadConfig::ALL.iter().all(|c| c.exact() == !matches!(c, LoadConfig::Plain | LoadConfig::NgramSimple)));
+        // with cached prompts only a server that reuses them exactly promises the prompt alone's answer
+        let promises = |o: &LoadOptions| LoadConfig::ALL.map(|c| promised(o, c));
+        assert_eq!(promises(&o), LoadConfig::ALL.map(LoadConfig::exact));
+        let cached = LoadOptions { cache_prompt: true, ab_server_args: vec!["--cache-exact".into()], ..o.clone() };
+        assert_eq!(promises(&cached), LoadConfig::ALL.map(|c| c == LoadConfig::KolmB));
         // With --step-log, each plugin server logs its steps to a file of its own slot count, name and round.
         let logged = LoadOptions { step_log: true, ..o.clone() };
         assert!(server_options(&logged, LoadConfig::KolmIdle, 8, 2).plugin_arg.unwrap().ends_with(",steplog=out/steps-np8-kolm-idle-r3.tsv"));
