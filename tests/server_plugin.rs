@@ -146,7 +146,7 @@ fn a_cached_prompt_answers_as_the_prompt_decoded_alone() {
     let texts: Vec<&str> = records.iter().map(|r| r.text.as_str()).collect();
     let base = texts[..3].join("\n\n");
     let a = format!("{base}\n\nFirst, the contact card above:");
-    let c = format!("{}\n\nSomething else entirely: summarise this.", &base[..base.len() / 2]);
+    let c = format!("{}\n\nSomething else entirely: summarise this.", common::head(&base, base.len() / 2));
     let d = texts[3..5].join("\n\n");
     let dir = common::scratch("server-prompt-cache");
     let body = |p: &str, cache: bool| json!({"prompt": p, "n_predict": 48, "temperature": 0.0, "n_probs": 2, "cache_prompt": cache});

@@ -301,7 +301,7 @@ fn a_batch_that_is_no_multiple_of_the_ubatch_cuts_prompts_where_plain_llama_serv
     // 1,000), then each prompt's first 60% with another ending (reused up to 512, the rest of the batch of 1,000 a run
     // of 488).
     let turns: Vec<String> = prompts.iter().map(|p| format!("{p}\nAnd now the next record, please.")).collect();
-    let cuts: Vec<String> = prompts.iter().map(|p| format!("{}\nSummarise the records above.", &p[..p.len() * 3 / 5])).collect();
+    let cuts: Vec<String> = prompts.iter().map(|p| format!("{}\nSummarise the records above.", common::head(p, p.len() * 3 / 5))).collect();
     let mut o = ServerOptions::new(&qwen, &dir.join("np1-turns.log"));
     o.n_ctx = 8192;
     o.extra = odd.clone();

@@ -138,3 +138,9 @@ pub fn records(k: usize) -> String {
         .collect();
     format!("Here is a list of records.\n{records}Repeat every record as a JSON line:\n")
 }
+
+/// The start of `s` up to byte `n`, or to the character boundary before it.
+pub fn head(s: &str, n: usize) -> &str {
+    let end = (0..=n.min(s.len())).rev().find(|&i| s.is_char_boundary(i)).unwrap_or(0);
+    &s[..end]
+}
