@@ -472,11 +472,12 @@ pub fn markdown(rows: &[LoadRow], bases: &[CeilingBasis], o: &LoadOptions) -> St
     let names: Vec<&str> = rows.first().map(|r| r.p50_by_label.iter().map(|(l, _)| l.as_str()).collect()).unwrap_or_default();
     let _ = writeln!(
         s,
-        "{} clients × {} requests ({}{}, a quarter streamed), {} round(s) per configuration, `n_predict` {}, {} KV cells a slot, model `{}`, pack `{}`{}\n",
+        "{} clients × {} requests ({}{}, a quarter streamed{}), {} round(s) per configuration, `n_predict` {}, {} KV cells a slot, model `{}`, pack `{}`{}\n",
         o.clients,
         o.per_client,
         names.join(" and "),
         if names.len() > 1 { " in turn" } else { "" },
+        if o.cache_prompt { ", `cache_prompt` true (the answers served alone without it)" } else { "" },
         o.repeat.max(1),
         o.n_predict,
         o.slot_ctx,
@@ -629,6 +630,8 @@ mod tests {
         assert_eq!(r.p50_by_label.iter().map(|(l, _)| l.as_str()).collect::<Vec<_>>(), ["mt-bench", "json-extraction"], "in the stream's order");
         let md = markdown(&[r], &[], &opts());
         assert!(md.contains("(mt-bench and json-extraction in turn, a quarter streamed)"), "{md}");
+        let cached = markdown(&[], &[], &LoadOptions { cache_prompt: true, ..opts() });
+        assert!(cached.contains("a quarter streamed, `cache_prompt` true (the answers served alone without it))"), "{cached}");
         assert!(md.contains("| p50 mt-bench / json-extraction s |"), "{md}");
         assert!(md.contains("| 1.0 / 2.0 |"), "each workload's p50 by nearest rank (1, 3 s and 2, 4 s): {md}");
     }
