@@ -418,7 +418,6 @@ fn a_context_too_small_for_every_slot_s_window_is_said_at_start() {
     assert!(!log.contains("stays identical"), "a promise the cache cannot keep:\n{log}");
 }
 
-/// A pack for SmolLM2's tokenizer whose 64 recipes follow token ids past the vocabulary: no history matches.
 /// `--cache-exact` says at start where it does not apply (patch 0019): a server without strict batching, and a model
 /// whose memory keeps checkpoints (Gemma-3's sliding window), reuse prompts as without it.
 #[test]
@@ -439,6 +438,7 @@ fn cache_exact_says_at_start_where_it_does_not_apply() {
     assert!(plain.contains("--cache-exact needs strict batching"), "no warning without strict batching:\n{plain}");
 }
 
+/// A pack for SmolLM2's tokenizer whose 64 recipes follow token ids past the vocabulary: no history matches.
 fn never_hitting_pack(dir: &std::path::Path) -> std::path::PathBuf {
     use kolm_rsd::pack::{CompileParams, Entry, EntryKind, ModelInfo, Pack, PackMeta, Recommended};
     let model = Model::load(&common::smol(), &ModelOptions { n_gpu_layers: 0 }).unwrap();
