@@ -5,6 +5,7 @@
 //! the prompt served alone without speculation. The prompts are held out from the pack ([`workload::split`]).
 
 use super::load_ceiling::{self, LoadCeiling, LoadCosts};
+use super::paired::{paired, Paired};
 use super::steps::{self, InPlace};
 use super::Observer;
 use crate::load::served::{self, Side};
@@ -132,6 +133,9 @@ pub struct LoadRow {
     /// configuration that drafted 225 tokens of 8,000 read 31.5 s against plain's 30.2 s), so configurations are
     /// compared round by round as well.
     pub round_p99_s: Vec<f64>,
+    /// Against plain's round beside each of its own (ABBA order): the rate's ratio with its 95% interval, and in how
+    /// many rounds p99 was at or below plain's (None for plain, or with one round).
+    pub paired: Option<(Paired, usize)>,
     /// p50 per workload, in the stream's order.
     pub p50_by_label: Vec<(String, f64)>,
     pub drafted: u64,
@@ -288,15 +292,28 @@ pub fn run(workloads: &[Prompts], o: &LoadOptions, obs: &dyn Observer) -> Result
             }
         }
         let base = pooled_rate(&sides[0]);
+        let first = rows.len();
         for ((c, s), steps) in o.configs.iter().zip(&sides).zip(in_place) {
             rows.push(LoadRow { in_place: steps, ..row(s, &requests, &alone, slots, *c, base) });
         }
+        pair_with_plain(&mut rows[first..]);
         let prompts: Vec<u64> =
             sides[0].iter().flat_map(|s| &s.records).filter_map(|r| if let Outcome::Done { prompt_n, .. } = r.outcome { Some(prompt_n) } else { None }).collect();
         plain_prompts.push((slots, prompts));
     }
     let bases = ceilings(&mut rows, &plain_prompts, o, obs).map_err(|e| ServerError::Start(format!("measuring the ceiling: {e}")))?;
     Ok((rows, bases))
+}
+
+/// Pairs every row after the first (plain) with plain round by round.
+fn pair_with_plain(rows: &mut [LoadRow]) {
+    let Some((plain, others)) = rows.split_first_mut() else { return };
+    for r in others {
+        r.paired = paired(&plain.round_tok_per_s, &r.round_tok_per_s).map(|p| {
+            let below = r.round_p99_s.iter().zip(&plain.round_p99_s).filter(|(k, b)| k <= b).count();
+            (p, below)
+        });
+    }
 }
 
 /// Fills in the ceiling of every row that drafted; returns what each slot count's ceilings rest on.
@@ -414,6 +431,7 @@ fn row(sides: &[Side], requests: &[Request], alone: &std::collections::HashMap<s
         p50_s: crate::quantile::quantile(&lat, 0.5),
         p99_s: crate::quantile::quantile(&lat, 0.99),
         round_p99_s: round_lat.iter().map(|l| crate::quantile::quantile(l, 0.99)).collect(),
+        paired: None,
         p50_by_label,
         drafted,
         accepted,
@@ -515,6 +533,20 @@ pub fn markdown(rows: &[LoadRow], bases: &[CeilingBasis], o: &LoadOptions) -> St
             of,
             if r.healthy { "yes" } else { "**no**" }
         );
+    }
+    let pairs: Vec<String> = rows
+        .iter()
+        .filter_map(|r| {
+            let (p, below) = r.paired.as_ref()?;
+            Some(format!(
+                "- -np {} {}: {:.3}× (95% interval {:.3}–{:.3}×, {} rounds); p99 at or below plain's in {below} of {}",
+                r.slots, r.config, p.mean, p.lo, p.hi, p.rounds, p.rounds
+            ))
+        })
+        .collect();
+    if !pairs.is_empty() {
+        let _ = writeln!(s, "\nEach round against plain's round beside it (ABBA order), the rates' ratio as a geometric mean over the rounds:");
+        let _ = writeln!(s, "{}", pairs.join("\n"));
     }
     let _ = writeln!(s, "\nSlowest requests (time to last token, of it in a slot, sent at into the round, tokens, drafted / accepted):");
     for r in rows {
@@ -683,6 +715,38 @@ mod tests {
         assert!(!md.contains("Steps in place"), "no step log, no table");
         let one = row(&[side(300, 10.0, 1.0)], &reqs, &HashMap::new(), 4, LoadConfig::Kolm, 10.0);
         assert!(markdown(&[one], &[], &opts()).contains("| 30.0 | 3.00× | 1.0 | 1.0 |"), "one round: its rate and p99 alone");
+    }
+
+    #[test]
+    fn each_round_is_paired_with_plain_s_round_beside_it() {
+        let reqs = plan(&workloads(&[("structured", &["s"])]), &opts());
+        let side = |wall: f64, secs: f64| Side {
+            name: "x".into(),
+            records: vec![Record {
+                request: 0,
+                outcome: Outcome::Done { content: String::new(), tokens: 100, prompt_n: 1, draft_n: 0, draft_accepted: 0, served_s: 1.0 },
+                secs,
+                started: 0.0,
+            }],
+            wall,
+            healthy: true,
+            rss_kib: None,
+            summary: String::new(),
+        };
+        // Plain's second round ran half as fast; kolm 10% faster than plain in each round, its p99 above in one.
+        let plain = row(&[side(10.0, 2.0), side(20.0, 4.0)], &reqs, &HashMap::new(), 8, LoadConfig::Plain, 1.0);
+        let kolm = row(&[side(10.0 / 1.1, 2.5), side(20.0 / 1.1, 3.0)], &reqs, &HashMap::new(), 8, LoadConfig::Kolm, 1.0);
+        let mut rows = vec![plain, kolm];
+        pair_with_plain(&mut rows);
+        assert!(rows[0].paired.is_none(), "plain is the reference");
+        let (p, below) = rows[1].paired.clone().unwrap();
+        assert!((p.mean - 1.1).abs() < 1e-9 && (p.lo - 1.1).abs() < 1e-9, "the drift between rounds cancels: {p:?}");
+        assert_eq!((p.rounds, below), (2, 1));
+        let md = markdown(&rows, &[], &opts());
+        assert!(md.contains("- -np 8 kolm: 1.100× (95% interval 1.100–1.100×, 2 rounds); p99 at or below plain's in 1 of 2"), "{md}");
+        let mut one = vec![row(&[side(10.0, 2.0)], &reqs, &HashMap::new(), 8, LoadConfig::Plain, 1.0), row(&[side(9.0, 2.0)], &reqs, &HashMap::new(), 8, LoadConfig::Kolm, 1.0)];
+        pair_with_plain(&mut one);
+        assert!(one[1].paired.is_none() && !markdown(&one, &[], &opts()).contains("Each round against"), "one round: nothing to pair");
     }
 
     #[test]

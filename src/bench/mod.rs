@@ -14,6 +14,7 @@ pub mod config;
 pub mod load;
 pub mod load_ceiling;
 pub mod lookup_cache;
+pub mod paired;
 pub mod prep;
 pub mod report;
 pub mod run;
