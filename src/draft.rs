@@ -302,7 +302,7 @@ impl Drafter {
         let shared = self.rounds.shared(seq);
         let others = shared.others();
         let need = 1.0 + if others { cfg.shared_min_gain } else { cfg.min_gain };
-        let verify = Verify::new(&self.beta, &shared);
+        let verify = Verify::new(&self.beta, &shared).fair(cfg.shared_fair);
         s.last_ns = Some(now_ns);
         s.awaiting_accept = false;
         s.kept = 0;

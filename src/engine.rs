@@ -29,6 +29,9 @@ pub const MISS_LOG_CAP: u64 = 16 << 20;
 /// The margins `shared_gain` may take (0: none; 10: a draft must promise 11 plain steps, so never drafts).
 pub const SHARED_GAIN_RANGE: std::ops::RangeInclusive<f64> = 0.0..=10.0;
 
+/// The rates `shared_fair` may take (0: none; 10: a shared draft must gain the step ten times what it adds to it).
+pub const SHARED_FAIR_RANGE: std::ops::RangeInclusive<f64> = 0.0..=10.0;
+
 /// The acceptances `shared_sure` may take (0: any token that pays is drafted beside other slots).
 pub const SHARED_SURE_RANGE: std::ops::RangeInclusive<f32> = 0.0..=1.0;
 
@@ -54,6 +57,9 @@ pub struct EngineConfig {
     pub shared_gain: f64,
     /// Least estimated acceptance of a token drafted beside other slots ([`DrafterConfig::shared_sure`]; `shared_sure=`).
     pub shared_sure: f32,
+    /// Least throughput gain per unit of time a draft adds to a step it shares ([`DrafterConfig::shared_fair`];
+    /// `shared_fair=`).
+    pub shared_fair: f64,
     /// How llama-server cuts a step into forward passes (`kv=auto|split|unified`; auto: learned from step times).
     pub layout: Option<Layout>,
     /// The recipe pack; None = context n-grams only.
@@ -128,6 +134,7 @@ impl Default for EngineConfig {
             adaptive: true,
             shared_gain: DrafterConfig::default().shared_min_gain,
             shared_sure: DrafterConfig::default().shared_sure,
+            shared_fair: DrafterConfig::default().shared_fair,
             layout: None,
             pack: None,
             miss_log: None,
@@ -188,7 +195,7 @@ impl EngineConfig {
     }
 
     /// Parses `--spec-plugin-arg`: comma-separated `key=value` (`pack=PATH|off`, `misslog=PATH|off`, `misslog_cap=BYTES`,
-    /// `adaptive=0|1`, `shared_gain=F`, `shared_sure=P`, `gate=auto|wall|steps|off`, `gate_steps=N`, `kv=auto|split|unified`, `context=0|1|answer`, `nmax=N`, `draft=GGUF`, `shortlist=PATH|full`, `margin=F`, `request_rows=0|1`,
+    /// `adaptive=0|1`, `shared_gain=F`, `shared_sure=P`, `shared_fair=R`, `gate=auto|wall|steps|off`, `gate_steps=N`, `kv=auto|split|unified`, `context=0|1|answer`, `nmax=N`, `draft=GGUF`, `shortlist=PATH|full`, `margin=F`, `request_rows=0|1`,
     /// `head_dev=cpu|best`, `live=PATH|mem|off`, `live_cap=ENTRIES`, `steplog=PATH`); a bare value is the pack path. Without `pack=`,
     /// the pack beside the model is used when it exists; without `shortlist=`, the shortlist beside the draft GGUF,
     /// else the full head; without `head_dev=`, [`DEFAULT_HEAD_DEVICE`]; without `live=`, the live index is kept in
@@ -247,6 +254,7 @@ impl EngineConfig {
                 Some(("adaptive", v)) => cfg.adaptive = parse_bool(v)?,
                 Some(("shared_gain", v)) => cfg.shared_gain = number_in("shared_gain", v, &SHARED_GAIN_RANGE)?,
                 Some(("shared_sure", v)) => cfg.shared_sure = number_in("shared_sure", v, &SHARED_SURE_RANGE)?,
+                Some(("shared_fair", v)) => cfg.shared_fair = number_in("shared_fair", v, &SHARED_FAIR_RANGE)?,
                 Some(("kv", v)) => {
                     cfg.layout = match v {
                         "auto" => None,
@@ -275,7 +283,7 @@ impl EngineConfig {
                 }
                 Some((k, _)) => {
                     return Err(EngineError::Arg(format!(
-                        "--spec-plugin-arg: unknown key `{k}` (known: pack, misslog, misslog_cap, adaptive, shared_gain, shared_sure, gate, gate_steps, kv, context, nmax, draft, shortlist, margin, request_rows, head_dev, live, live_cap, steplog)"
+                        "--spec-plugin-arg: unknown key `{k}` (known: pack, misslog, misslog_cap, adaptive, shared_gain, shared_sure, shared_fair, gate, gate_steps, kv, context, nmax, draft, shortlist, margin, request_rows, head_dev, live, live_cap, steplog)"
                     )))
                 }
             }
@@ -425,6 +433,7 @@ impl Engine {
             adaptive: cfg.adaptive,
             shared_min_gain: cfg.shared_gain,
             shared_sure: cfg.shared_sure,
+            shared_fair: cfg.shared_fair,
             layout: cfg.layout,
             context: cfg.context,
             gate: cfg.gate.then_some(GateConfig { clock: cfg.gate_clock, min_steps: cfg.gate_steps, ..GateConfig::default() }),
@@ -696,6 +705,9 @@ mod tests {
         assert_eq!(EngineConfig::from_plugin_arg("shared_gain=0.05", "").unwrap().shared_gain, 0.05);
         assert_eq!(c.shared_sure, DrafterConfig::default().shared_sure);
         assert_eq!(EngineConfig::from_plugin_arg("shared_sure=0", "").unwrap().shared_sure, 0.0);
+        assert_eq!(c.shared_fair, 0.0, "off unless asked");
+        assert_eq!(EngineConfig::from_plugin_arg("shared_fair=0.2", "").unwrap().shared_fair, 0.2);
+        assert!(EngineConfig::from_plugin_arg("shared_fair=-1", "").unwrap_err().to_string().contains("shared_fair=-1 is not a number in 0..=10"));
         let e = EngineConfig::from_plugin_arg("shared_sure=1.5", "").unwrap_err().to_string();
         assert!(e.contains("shared_sure=1.5") && e.contains("0..=1"), "{e}");
         let e = EngineConfig::from_plugin_arg("shared_gain=-1", "").unwrap_err().to_string();

@@ -74,6 +74,10 @@ pub struct DrafterConfig {
     pub shared_min_gain: f64,
     /// Beside other slots, a draft holds only the leading tokens whose estimated acceptance reaches this (0: all).
     pub shared_sure: f32,
+    /// Beside other slots, the least gain in the step's throughput a draft must buy per unit of time it adds to the
+    /// step (0: none). What a draft adds, every request in the step waits; what it gains, only its own saves, and at
+    /// equal throughput the time moves to the requests not drafted for, which make the tail.
+    pub shared_fair: f64,
     /// How llama-server cuts a step into forward passes (`kv=split|unified`); None: learned from step times.
     pub layout: Option<Layout>,
     /// Break-even control on; off drafts the whole chain found at every step (tests, benchmarks of
@@ -135,6 +139,7 @@ impl Default for DrafterConfig {
             min_gain: 0.05,
             shared_min_gain: 0.05,
             shared_sure: 0.95,
+            shared_fair: 0.0,
             layout: None,
             adaptive: true,
             context: Context::All,
