@@ -134,6 +134,48 @@ fn token_probabilities_are_those_of_plain_decoding() {
     eprintln!("token probabilities equal over {} requests, {accepted} drafted tokens accepted", requests.len());
 }
 
+/// Serves A, then B (A, its answer and a new question: a second turn), C (half of A's start), A, D (unrelated), B and
+/// C again, with the cache and then each alone, on `model` with the plugin, batches of 160 tokens cut into ubatches of
+/// 64 (boundaries at 64, 128, 160, 224, ...) and `extra`: the answers that differ from alone (text or probabilities),
+/// the cells each cached request reused, the drafted tokens accepted and the server's log.
+fn cached_prompts_against_alone(model: &std::path::Path, extra: &[&str], dir: &std::path::Path, log: &str) -> (usize, Vec<u64>, u64, String) {
+    let records = workload::load("json-extraction").unwrap();
+    let texts: Vec<&str> = records.iter().map(|r| r.text.as_str()).collect();
+    let base = texts[..3].join("\n\n");
+    let a = format!("{base}\n\nFirst, the contact card above:");
+    let c = format!("{}\n\nSomething else entirely: summarise this.", common::head(&base, base.len() / 2));
+    let d = texts[3..5].join("\n\n");
+    let body = |p: &str, cache: bool| json!({"prompt": p, "n_predict": 48, "temperature": 0.0, "n_probs": 2, "cache_prompt": cache});
+    let mut o = ServerOptions::new(model, &dir.join(log));
+    o.plugin = Some(common::plugin());
+    o.plugin_arg = Some("adaptive=0,live=mem,misslog=off".into());
+    o.extra = ["-b", "160", "-ub", "64", "-fa", "off"].iter().chain(extra).map(|a| a.to_string()).collect();
+    let s = Server::start(&o).unwrap();
+    let ask = |p: &str, cache: bool| match s.post("/completion", body(p, cache)).unwrap() {
+        (200, v) => v,
+        (status, v) => panic!("status {status}: {v}\n{}", s.log_tail()),
+    };
+    let first = ask(&a, true);
+    let b = format!("{a}{}\n\nNow the second one:", first["content"].as_str().unwrap());
+    let order = [&a, &b, &c, &a, &d, &b, &c];
+    let cached: Vec<Value> = std::iter::once(first).chain(order[1..].iter().map(|p| ask(p, true))).collect();
+    let (mut differ, mut accepted) = (0, 0);
+    for (i, (p, v)) in order.iter().zip(&cached).enumerate() {
+        let alone = ask(p, false);
+        assert_eq!(alone["timings"]["cache_n"], 0, "a request without the cache reused cells");
+        if v["content"] != alone["content"] || v["completion_probabilities"] != alone["completion_probabilities"] {
+            let (g, a) = (v["completion_probabilities"].as_array().cloned().unwrap_or_default(), alone["completion_probabilities"].as_array().cloned().unwrap_or_default());
+            eprintln!("differs: request {} of 7 (reused {}), first at token {:?}", i + 1, v["timings"]["cache_n"], g.iter().zip(&a).position(|(x, y)| x != y));
+            differ += 1;
+        }
+        accepted += v["timings"]["draft_n_accepted"].as_u64().unwrap_or(0);
+    }
+    let reused = cached.iter().map(|v| v["timings"]["cache_n"].as_u64().unwrap()).collect();
+    let log = std::fs::read_to_string(dir.join(log)).unwrap();
+    s.stop();
+    (differ, reused, accepted, log)
+}
+
 /// With `--cache-exact` and prompt caching on (llama-server's default), a request reuses an earlier prompt's cells only
 /// up to a ubatch that starts there when its own prompt is decoded alone, and only cells that were computed so (patch
 /// 0019): every answer and its probabilities equal the same request with `cache_prompt: false`, while shared prefixes
@@ -141,48 +183,8 @@ fn token_probabilities_are_those_of_plain_decoding() {
 #[test]
 fn a_cached_prompt_answers_as_the_prompt_decoded_alone() {
     let _one = common::one_at_a_time();
-    let path = common::smol();
-    let records = workload::load("json-extraction").unwrap();
-    let texts: Vec<&str> = records.iter().map(|r| r.text.as_str()).collect();
-    let base = texts[..3].join("\n\n");
-    let a = format!("{base}\n\nFirst, the contact card above:");
-    let c = format!("{}\n\nSomething else entirely: summarise this.", common::head(&base, base.len() / 2));
-    let d = texts[3..5].join("\n\n");
     let dir = common::scratch("server-prompt-cache");
-    let body = |p: &str, cache: bool| json!({"prompt": p, "n_predict": 48, "temperature": 0.0, "n_probs": 2, "cache_prompt": cache});
-    // Serves A, then B (A, its answer and a new question: a second turn), C (half of A's start), A, D (unrelated),
-    // B and C again, with the cache and then each alone; counts the answers that differ (text or probabilities).
-    let serve = |exact: bool, log: &str| -> (usize, Vec<u64>, u64, String) {
-        let mut o = ServerOptions::new(&path, &dir.join(log));
-        o.plugin = Some(common::plugin());
-        o.plugin_arg = Some("adaptive=0,live=mem,misslog=off".into());
-        // batches of 160 tokens cut into ubatches of 64: boundaries at 64, 128, 160, 224, ...
-        o.extra = ["-b", "160", "-ub", "64", "-fa", "off"].map(String::from).to_vec();
-        if exact {
-            o.extra.extend(["--cache-exact", "--cache-reuse", "64"].map(String::from));
-        }
-        let s = Server::start(&o).unwrap();
-        let ask = |p: &str, cache: bool| match s.post("/completion", body(p, cache)).unwrap() {
-            (200, v) => v,
-            (status, v) => panic!("status {status}: {v}\n{}", s.log_tail()),
-        };
-        let first = ask(&a, true);
-        let b = format!("{a}{}\n\nNow the second one:", first["content"].as_str().unwrap());
-        let order = [&a, &b, &c, &a, &d, &b, &c];
-        let cached: Vec<Value> = std::iter::once(first).chain(order[1..].iter().map(|p| ask(p, true))).collect();
-        let (mut differ, mut accepted) = (0, 0);
-        for (p, v) in order.iter().zip(&cached) {
-            let alone = ask(p, false);
-            assert_eq!(alone["timings"]["cache_n"], 0, "a request without the cache reused cells");
-            differ += usize::from(v["content"] != alone["content"] || v["completion_probabilities"] != alone["completion_probabilities"]);
-            accepted += v["timings"]["draft_n_accepted"].as_u64().unwrap_or(0);
-        }
-        let reused = cached.iter().map(|v| v["timings"]["cache_n"].as_u64().unwrap()).collect();
-        let log = std::fs::read_to_string(dir.join(log)).unwrap();
-        s.stop();
-        (differ, reused, accepted, log)
-    };
-    let (differ, reused, accepted, log) = serve(true, "exact.log");
+    let (differ, reused, accepted, log) = cached_prompts_against_alone(&common::smol(), &["--cache-exact", "--cache-reuse", "64"], &dir, "exact.log");
     eprintln!("--cache-exact: cells reused {reused:?}, {accepted} drafted tokens accepted");
     assert_eq!(differ, 0, "with --cache-exact, an answer from a cached prompt differs from its prompt decoded alone");
     assert!(reused.iter().all(|n| n % 160 % 64 == 0), "reuse stopped inside an alone ubatch: {reused:?}");
@@ -191,7 +193,22 @@ fn a_cached_prompt_answers_as_the_prompt_decoded_alone() {
     assert!(accepted > 0, "no draft was accepted: the test served no verification");
     assert!(log.contains("--cache-reuse moves cached cells"), "--cache-reuse was not refused:\n{log}");
 
-    let (differ, reused, _, _) = serve(false, "default.log");
+    let (differ, reused, _, _) = cached_prompts_against_alone(&common::smol(), &[], &dir, "default.log");
     eprintln!("without --cache-exact: cells reused {reused:?}, {differ} of 7 answers differ from alone");
     assert!(differ > 0, "upstream's reuse changed no answer, so this test would not catch a change of cells");
+}
+
+/// Gemma-3's sliding window keeps checkpoints, where `--cache-exact` does not apply (the server says so at start, and
+/// names `--swa-full`); with `--swa-full` it keeps every cell, and a cached prompt answers as alone there too.
+#[test]
+fn a_sliding_window_model_with_swa_full_answers_from_a_cached_prompt_as_alone() {
+    let _one = common::one_at_a_time();
+    let dir = common::scratch("server-prompt-cache-swa");
+    let gemma = kolm_rsd::fetch::model("gemma3-270m", false).expect("fetch gemma3-270m");
+    let (differ, reused, _, log) = cached_prompts_against_alone(&gemma, &["--cache-exact", "--swa-full"], &dir, "swa-full.log");
+    eprintln!("Gemma-3, --swa-full --cache-exact: cells reused {reused:?}, {differ} of 7 answers differ from alone");
+    assert!(log.contains("--cache-exact: a cached prompt is reused only where"), "--cache-exact did not apply:\n{log}");
+    assert_eq!(differ, 0, "with --swa-full --cache-exact, an answer from a cached prompt differs from its prompt decoded alone");
+    assert!(reused.iter().all(|n| n % 160 % 64 == 0), "reuse stopped inside an alone ubatch: {reused:?}");
+    assert!(reused.iter().filter(|&&n| n > 0).count() >= 4, "shared prefixes were not reused: {reused:?}");
 }

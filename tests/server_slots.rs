@@ -205,13 +205,25 @@ fn the_completions_of_one_request_match_the_prompt_served_alone_without_flash_at
 /// The `n_cmpl` completions of a greedy request for `prompt`, in slot `id_slot` (-1: any): each one's text and token
 /// probabilities.
 fn completions(server: &Server, prompt: &str, n_predict: u32, n_cmpl: usize, id_slot: i64) -> Vec<(Value, Value)> {
-    let body = json!({"prompt": prompt, "n_predict": n_predict, "temperature": 0.0, "n_probs": 2, "cache_prompt": false,
-                      "n_cmpl": n_cmpl, "id_slot": id_slot});
-    let (status, v) = server.post("/completion", body).unwrap();
-    assert_eq!(status, 200, "{v}");
+    let mut body = greedy(prompt, n_predict, false);
+    body["n_cmpl"] = n_cmpl.into();
+    body["id_slot"] = id_slot.into();
+    let v = completion(server, body);
     let all = if n_cmpl == 1 { vec![v] } else { v.as_array().cloned().unwrap_or_default() };
     assert_eq!(all.len(), n_cmpl, "not {n_cmpl} completions");
     all.iter().map(|r| (r["content"].clone(), r["completion_probabilities"].clone())).collect()
+}
+
+/// A greedy `/completion` body with the top two probabilities of every token.
+fn greedy(prompt: &str, n_predict: u32, cache_prompt: bool) -> Value {
+    json!({"prompt": prompt, "n_predict": n_predict, "temperature": 0.0, "n_probs": 2, "cache_prompt": cache_prompt})
+}
+
+/// `/completion`'s answer to `body`, which must be 200.
+fn completion(server: &Server, body: Value) -> Value {
+    let (status, v) = server.post("/completion", body).unwrap();
+    assert_eq!(status, 200, "{v}");
+    v
 }
 
 /// Every completion of `got` has the text and the probabilities of `alone`, which has probabilities.
@@ -309,9 +321,7 @@ fn a_batch_that_is_no_multiple_of_the_ubatch_cuts_prompts_where_plain_llama_serv
     let turns_alone: Vec<_> = turns.iter().chain(&cuts).map(|p| probs(&alone, p)).collect();
     alone.stop();
     let cached = |server: &Server, p: &str| {
-        let body = json!({"prompt": p, "n_predict": 16, "temperature": 0.0, "n_probs": 2, "cache_prompt": true});
-        let (status, v) = server.post("/completion", body).unwrap();
-        assert_eq!(status, 200, "{v}");
+        let v = completion(server, greedy(p, 16, true));
         (v["completion_probabilities"].clone(), v["timings"]["cache_n"].as_u64().unwrap())
     };
 
@@ -434,6 +444,7 @@ fn cache_exact_says_at_start_where_it_does_not_apply() {
     Server::start(&o).unwrap().stop();
     let gemma = std::fs::read_to_string(dir.join("gemma.log")).unwrap();
     assert!(gemma.contains("--cache-exact: this model's memory keeps checkpoints"), "no warning for Gemma:\n{gemma}");
+    assert!(gemma.contains("with --swa-full its sliding window keeps no checkpoints"), "the warning does not name --swa-full:\n{gemma}");
     let plain = std::fs::read_to_string(dir.join("plain.log")).unwrap();
     assert!(plain.contains("--cache-exact needs strict batching"), "no warning without strict batching:\n{plain}");
 }
