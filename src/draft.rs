@@ -1173,13 +1173,18 @@ mod tests {
             d.propose(1, &[50, 51], 52, 15, 0, out); // sequence 1 puts one token into the call
             d.propose(0, toks, *last, 15, 0, out)
         };
-        let any = || DrafterConfig { shared_sure: 0.0, ..dear() };
+        let any = || DrafterConfig { shared_sure: 0.0, shared_fair: 0.0, ..dear() };
         assert_eq!(drafted(DrafterConfig { shared_min_gain: 0.25, ..any() }, &mut out), 0, "{out:?}");
         assert!(drafted(any(), &mut out) >= 2, "with the default margin it drafts");
         // By default beside another slot only tokens expected right nearly always are drafted: a copy of a 20-token
         // match starts at its class's prior (0.85 in code), and the same copy expected at 99% drafts.
         assert_eq!(drafted(dear(), &mut out), 0, "{out:?}");
-        assert!(drafted(DrafterConfig { class_prior: [0.99; N_CLASSES], ..dear() }, &mut out) >= 2, "{out:?}");
+        let sure = DrafterConfig { class_prior: [0.99; N_CLASSES], ..dear() };
+        let unfair = drafted(DrafterConfig { shared_fair: 0.0, ..sure.clone() }, &mut out);
+        // By default a draft must also buy the step a fifth of the share it adds to it (`shared_fair`): beside one
+        // slot a sure copy still does, if not at every length.
+        let fair = drafted(sure, &mut out);
+        assert!(fair >= 2 && fair <= unfair, "{fair} of {unfair}: {out:?}");
         let mut alone = Drafter::new(None, dear());
         alone.begin(0, toks);
         assert!(alone.propose(0, toks, *last, 15, 0, &mut out) >= 3);

@@ -705,7 +705,8 @@ mod tests {
         assert_eq!(EngineConfig::from_plugin_arg("shared_gain=0.05", "").unwrap().shared_gain, 0.05);
         assert_eq!(c.shared_sure, DrafterConfig::default().shared_sure);
         assert_eq!(EngineConfig::from_plugin_arg("shared_sure=0", "").unwrap().shared_sure, 0.0);
-        assert_eq!(c.shared_fair, 0.0, "off unless asked");
+        assert_eq!(c.shared_fair, 0.2);
+        assert_eq!(EngineConfig::from_plugin_arg("shared_fair=0", "").unwrap().shared_fair, 0.0);
         assert_eq!(EngineConfig::from_plugin_arg("shared_fair=0.2", "").unwrap().shared_fair, 0.2);
         assert!(EngineConfig::from_plugin_arg("shared_fair=-1", "").unwrap_err().to_string().contains("shared_fair=-1 is not a number in 0..=10"));
         let e = EngineConfig::from_plugin_arg("shared_sure=1.5", "").unwrap_err().to_string();

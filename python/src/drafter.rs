@@ -84,7 +84,9 @@ impl Drafter {
         let control: HashSet<i32> = control_tokens.unwrap_or_default().into_iter().collect();
         let live = if live { LiveChoice::Memory } else { LiveChoice::Off };
         let layout = one_pass.then_some(Layout::OnePass);
-        let cfg = EngineConfig { n_seq, n_max, adaptive, shared_gain, shared_sure, layout, context: if context { Context::All } else { Context::Off }, live, pack, miss_log, miss_log_cap, step_log, ..EngineConfig::default() };
+        // No fairness rule for shared steps: vLLM prices a drafted token at a few percent of a step of several rows, and
+        // its runs were measured without one.
+        let cfg = EngineConfig { n_seq, n_max, adaptive, shared_gain, shared_sure, shared_fair: 0.0, layout, context: if context { Context::All } else { Context::Off }, live, pack, miss_log, miss_log_cap, step_log, ..EngineConfig::default() };
         let engine = py.detach(|| Engine::from_texts(&views(&texts), |t| control.contains(&t), cfg)).map_err(engine_error)?;
         Ok(Drafter::wrap(engine))
     }

@@ -20,7 +20,7 @@ pub struct Paired {
 /// both, or with a rate that is not positive.
 pub fn paired(base: &[f64], other: &[f64]) -> Option<Paired> {
     let n = base.len().min(other.len());
-    if n < 2 || base[..n].iter().chain(&other[..n]).any(|&x| !(x > 0.0)) {
+    if n < 2 || !base[..n].iter().chain(&other[..n]).all(|&x| x > 0.0) {
         return None;
     }
     let logs: Vec<f64> = base.iter().zip(other).map(|(b, o)| (o / b).ln()).collect();

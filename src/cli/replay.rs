@@ -216,7 +216,8 @@ pub fn run(a: &ReplayArgs) -> CliResult {
         let n = usize::from(n);
         let plain = replay_batched(None, &runs, n, INVARIANT_DRAFT, one_pass, 1e6);
         for lengths in &lives {
-            let cfg = DrafterConfig { n_seq: n, layout: Some(Layout::OnePass), ..cfg.clone() };
+            // As the vLLM proposer: no fairness rule for shared steps.
+            let cfg = DrafterConfig { n_seq: n, layout: Some(Layout::OnePass), shared_fair: 0.0, ..cfg.clone() };
             let mut d = Drafter::new(index.clone(), cfg).with_texts(texts.clone());
             let mut label = format!("{n} clients");
             if let Some((literal, shape)) = *lengths {
