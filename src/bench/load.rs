@@ -690,10 +690,9 @@ mod tests {
         assert!(md.contains("- -np 4 kolm: 5.0 s (0.5 s in a slot; structured, #4 of round 1, sent at 4.0 s, 14 tokens, 4 / 0)"), "{md}");
     }
 
-    #[test]
-    fn rounds_pool_their_tokens_and_each_keeps_its_own_rate_and_p99() {
-        let reqs = plan(&workloads(&[("structured", &["s"])]), &opts());
-        let side = |tokens: u64, wall: f64, secs: f64| Side {
+    /// A round that served one answer of `tokens` in `wall` seconds, `secs` to its last token.
+    fn one_answer(tokens: u64, wall: f64, secs: f64) -> Side {
+        Side {
             name: "kolm".into(),
             records: vec![Record {
                 request: 0,
@@ -705,34 +704,27 @@ mod tests {
             healthy: true,
             rss_kib: None,
             summary: String::new(),
-        };
-        let r = row(&[side(300, 10.0, 1.0), side(300, 20.0, 3.0)], &reqs, &HashMap::new(), 4, LoadConfig::Kolm, 10.0);
+        }
+    }
+
+    #[test]
+    fn rounds_pool_their_tokens_and_each_keeps_its_own_rate_and_p99() {
+        let reqs = plan(&workloads(&[("structured", &["s"])]), &opts());
+        let r = row(&[one_answer(300, 10.0, 1.0), one_answer(300, 20.0, 3.0)], &reqs, &HashMap::new(), 4, LoadConfig::Kolm, 10.0);
         assert_eq!(r.round_tok_per_s, [30.0, 15.0]);
         assert_eq!(r.tok_per_s, 20.0, "600 tokens in 30 s, not the mean of the rounds' rates");
         let md = markdown(&[r], &[], &opts());
         assert!(md.contains("| 20.0 (30.0, 15.0) | 2.00× |"));
         assert!(md.contains("| 3.0 (1.0, 3.0) |"), "pooled p99 is the slow round's; each round's beside it: {md}");
         assert!(!md.contains("Steps in place"), "no step log, no table");
-        let one = row(&[side(300, 10.0, 1.0)], &reqs, &HashMap::new(), 4, LoadConfig::Kolm, 10.0);
+        let one = row(&[one_answer(300, 10.0, 1.0)], &reqs, &HashMap::new(), 4, LoadConfig::Kolm, 10.0);
         assert!(markdown(&[one], &[], &opts()).contains("| 30.0 | 3.00× | 1.0 | 1.0 |"), "one round: its rate and p99 alone");
     }
 
     #[test]
     fn each_round_is_paired_with_plain_s_round_beside_it() {
         let reqs = plan(&workloads(&[("structured", &["s"])]), &opts());
-        let side = |wall: f64, secs: f64| Side {
-            name: "x".into(),
-            records: vec![Record {
-                request: 0,
-                outcome: Outcome::Done { content: String::new(), tokens: 100, prompt_n: 1, draft_n: 0, draft_accepted: 0, served_s: 1.0 },
-                secs,
-                started: 0.0,
-            }],
-            wall,
-            healthy: true,
-            rss_kib: None,
-            summary: String::new(),
-        };
+        let side = |wall: f64, secs: f64| one_answer(100, wall, secs);
         // Plain's second round ran half as fast; kolm 10% faster than plain in each round, its p99 above in one.
         let plain = row(&[side(10.0, 2.0), side(20.0, 4.0)], &reqs, &HashMap::new(), 8, LoadConfig::Plain, 1.0);
         let kolm = row(&[side(10.0 / 1.1, 2.5), side(20.0 / 1.1, 3.0)], &reqs, &HashMap::new(), 8, LoadConfig::Kolm, 1.0);
