@@ -416,7 +416,7 @@ impl Verify {
     }
 
     /// With other slots in the step, a draft whose throughput gain is below `fair` times the share of the step it
-    /// adds is not made: at eight slots here a sure copy of eight tokens gains the step 6% and adds 77% to it,
+    /// adds is not made: at eight slots here a sure copy of seven tokens gains the step 6% and adds 77% to it,
     /// time that every request it is not drafted for waits.
     pub fn fair(mut self, fair: f64) -> Verify {
         if self.others > 0.0 {
@@ -437,9 +437,11 @@ impl Verify {
     pub fn score(&self, expected: f64, drafted: usize, spent: f64) -> f64 {
         let c = self.cost[(drafted + 1).min(MAX_DRAFT + 1)];
         let score = (self.others + expected) / (c + spent) / self.plain;
-        let added = (c + spent) / self.cost[1] - 1.0;
-        if self.fair > 0.0 && added > 0.0 && score - 1.0 < self.fair * added {
-            return 0.0;
+        if self.fair > 0.0 {
+            let added = (c + spent) / self.cost[1] - 1.0;
+            if added > 0.0 && score - 1.0 < self.fair * added {
+                return 0.0;
+            }
         }
         score
     }
