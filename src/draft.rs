@@ -1181,8 +1181,8 @@ mod tests {
         assert_eq!(drafted(dear(), &mut out), 0, "{out:?}");
         let sure = DrafterConfig { class_prior: [0.99; N_CLASSES], ..dear() };
         let unfair = drafted(DrafterConfig { shared_fair: 0.0, ..sure.clone() }, &mut out);
-        // By default a draft must also buy the step a fifth of the share it adds to it (`shared_fair`): beside one
-        // slot a sure copy still does, if not at every length.
+        // By default a draft must also buy the step a tenth of the share it adds to it for each request beside it
+        // (`shared_fair`): beside one slot a sure copy still does, if not at every length.
         let fair = drafted(sure, &mut out);
         assert!(fair >= 2 && fair <= unfair, "{fair} of {unfair}: {out:?}");
         let mut alone = Drafter::new(None, dear());

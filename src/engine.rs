@@ -29,7 +29,8 @@ pub const MISS_LOG_CAP: u64 = 16 << 20;
 /// The margins `shared_gain` may take (0: none; 10: a draft must promise 11 plain steps, so never drafts).
 pub const SHARED_GAIN_RANGE: std::ops::RangeInclusive<f64> = 0.0..=10.0;
 
-/// The rates `shared_fair` may take (0: none; 10: a shared draft must gain the step ten times what it adds to it).
+/// The rates `shared_fair` may take (0: none; 10: a shared draft must gain the step ten times what it adds to it
+/// for each other request in the step).
 pub const SHARED_FAIR_RANGE: std::ops::RangeInclusive<f64> = 0.0..=10.0;
 
 /// The acceptances `shared_sure` may take (0: any token that pays is drafted beside other slots).
@@ -57,8 +58,8 @@ pub struct EngineConfig {
     pub shared_gain: f64,
     /// Least estimated acceptance of a token drafted beside other slots ([`DrafterConfig::shared_sure`]; `shared_sure=`).
     pub shared_sure: f32,
-    /// Least throughput gain per unit of time a draft adds to a step it shares ([`DrafterConfig::shared_fair`];
-    /// `shared_fair=`).
+    /// Least throughput gain per unit of time a draft adds to a step it shares, per other request in the step
+    /// ([`DrafterConfig::shared_fair`]; `shared_fair=`).
     pub shared_fair: f64,
     /// How llama-server cuts a step into forward passes (`kv=auto|split|unified`; auto: learned from step times).
     pub layout: Option<Layout>,
@@ -705,7 +706,7 @@ mod tests {
         assert_eq!(EngineConfig::from_plugin_arg("shared_gain=0.05", "").unwrap().shared_gain, 0.05);
         assert_eq!(c.shared_sure, DrafterConfig::default().shared_sure);
         assert_eq!(EngineConfig::from_plugin_arg("shared_sure=0", "").unwrap().shared_sure, 0.0);
-        assert_eq!(c.shared_fair, 0.2);
+        assert_eq!(c.shared_fair, 0.1);
         assert_eq!(EngineConfig::from_plugin_arg("shared_fair=0", "").unwrap().shared_fair, 0.0);
         assert_eq!(EngineConfig::from_plugin_arg("shared_fair=0.2", "").unwrap().shared_fair, 0.2);
         assert!(EngineConfig::from_plugin_arg("shared_fair=-1", "").unwrap_err().to_string().contains("shared_fair=-1 is not a number in 0..=10"));

@@ -75,10 +75,11 @@ pub struct DrafterConfig {
     /// Beside other slots, a draft holds only the leading tokens whose estimated acceptance reaches this (0: all).
     pub shared_sure: f32,
     /// Beside other slots, the least gain in the step's throughput a draft must buy per unit of time it adds to the
-    /// step (0: none). What a draft adds, every request in the step waits; what it gains, only its own saves, and at
-    /// equal throughput the time moves to the requests not drafted for, which make the tail. At 0.2 (session 49) no
-    /// draft passes at eight slots on this CPU, where they had bought 1% for p99 above plain's in 12 of 12 rounds, and
-    /// at four slots every sure draft that beats the margin still does (it gains 0.3 or more of what it adds).
+    /// step, for each other slot's request, which waits that time (0: none). What a draft gains, only its own request
+    /// saves, and at equal throughput the time moves to the requests not drafted for, which make the tail; the more
+    /// requests wait, the more a draft must buy. At 0.1 (session 50) a draft beside three others must gain 0.3 of
+    /// what it adds, as every sure draft that beats the margin at four slots here does, and beside seven 0.7, where
+    /// drafts bought the step 1% for p99 above plain's in every round.
     pub shared_fair: f64,
     /// How llama-server cuts a step into forward passes (`kv=split|unified`); None: learned from step times.
     pub layout: Option<Layout>,
@@ -141,7 +142,7 @@ impl Default for DrafterConfig {
             min_gain: 0.05,
             shared_min_gain: 0.05,
             shared_sure: 0.95,
-            shared_fair: 0.2,
+            shared_fair: 0.1,
             layout: None,
             adaptive: true,
             context: Context::All,

@@ -400,8 +400,10 @@ pub struct Verify {
     others: f64,
     /// Tokens per unit of cost of the step with no draft from this sequence.
     plain: f64,
-    /// Beside other slots, the least gain in the step's throughput a draft must buy per unit of time it adds to the
-    /// step, so to every other slot's request ([`super::DrafterConfig::shared_fair`]; 0 alone).
+    /// Other slots in the step, each of whose requests waits for what a draft adds to it.
+    waiting: usize,
+    /// The least gain in the step's throughput a draft must buy per unit of time it adds to the step: the rate per
+    /// waiting request ([`super::DrafterConfig::shared_fair`]) times their number (0 alone).
     fair: f64,
 }
 
@@ -412,16 +414,14 @@ impl Verify {
         for (t, c) in cost.iter_mut().enumerate().skip(1) {
             *c = if others { beta.step(shared.n(), shared.with(t)) } else { beta.beta(t) };
         }
-        Verify { cost, others: shared.expected, plain: (shared.expected + 1.0) / cost[1], fair: 0.0 }
+        Verify { cost, others: shared.expected, plain: (shared.expected + 1.0) / cost[1], waiting: shared.waiting(), fair: 0.0 }
     }
 
-    /// With other slots in the step, a draft whose throughput gain is below `fair` times the share of the step it
-    /// adds is not made: at eight slots here a sure copy of seven tokens gains the step 6% and adds 77% to it,
-    /// time that every request it is not drafted for waits.
-    pub fn fair(mut self, fair: f64) -> Verify {
-        if self.others > 0.0 {
-            self.fair = fair;
-        }
+    /// With other slots in the step, a draft whose throughput gain is below `per_waiting` times the share of the
+    /// step it adds, times the requests that wait for it, is not made. At eight slots here a sure copy of seven
+    /// tokens gains the step 6% and adds 77% to it, time that each of seven requests waits.
+    pub fn fair(mut self, per_waiting: f64) -> Verify {
+        self.fair = per_waiting * self.waiting as f64;
         self
     }
 
@@ -574,23 +574,25 @@ mod tests {
     }
 
     #[test]
-    fn a_fair_shared_draft_buys_throughput_for_the_time_it_adds_to_the_others() {
+    fn a_fair_shared_draft_buys_throughput_for_the_time_it_adds_to_each_waiting_request() {
         // This CPU at eight slots, one call a step (session 49's measured calls): 108 ms with every slot at one
         // token, 121 with one slot at two, 191 with one at eight; at four slots one slot at two costs 1.18 steps.
         let eight = BetaModel::new(&[(1, 1.0), (8, 3.4), (9, 3.81), (15, 6.02), (16, 6.4)]).with_layout(Some(Layout::Unified));
         let at8 = Shared { tokens: &[0, 1, 1, 1, 1, 1, 1, 1], seq: 0, expected: 7.0 };
+        assert_eq!(at8.waiting(), 7);
         let added = |b: &BetaModel, at: &Shared, t: usize| b.step(at.n(), at.with(t)) / b.step(at.n(), at.with(1)) - 1.0;
         assert!((added(&eight, &at8, 2) - 0.12).abs() < 0.01 && (added(&eight, &at8, 8) - 0.77).abs() < 0.01);
         let v8 = Verify::new(&eight, &at8);
         assert_eq!(best_length(&[1.0; 7], &v8, &[], 1.05), 7, "without the rule a sure copy of seven beats the margin");
-        assert_eq!(best_length(&[1.0; 7], &v8.fair(0.2), &[], 1.05), 0, "it adds 77% to the step and gains it 6%");
-        assert_eq!(best_length(&[1.0; 7], &v8.fair(0.05), &[], 1.05), 7, "a rule of 5% keeps it");
+        assert_eq!(best_length(&[1.0; 7], &v8.fair(0.1), &[], 1.05), 0, "it adds 77% to the step for seven requests and gains it 6%");
+        assert_eq!(best_length(&[1.0; 7], &v8.fair(0.01), &[], 1.05), 7, "a rule of 1% a request keeps it");
         let four = BetaModel::new(&[(1, 1.0), (4, 2.2), (5, 2.6)]).with_layout(Some(Layout::Unified));
         let at4 = Shared { tokens: &[0, 1, 1, 1], seq: 0, expected: 3.0 };
         let v4 = Verify::new(&four, &at4);
         let gain = v4.score(2.0, 1, 0.0) - 1.0;
         assert!(gain > 0.05 && gain / added(&four, &at4, 2) > 0.3, "{gain}");
-        assert_eq!(best_length(&[1.0], &v4.fair(0.2), &[], 1.05), 1, "at four slots a sure token gains a third of what it adds");
+        assert_eq!(best_length(&[1.0], &v4.fair(0.1), &[], 1.05), 1, "at four slots a sure token gains a third of what it adds");
+        assert_eq!(best_length(&[1.0], &v4.fair(0.2), &[], 1.05), 0, "the same rate a request as at eight would not");
         assert_eq!(best_length(&[1.0; 7], &Verify::alone(&eight).fair(10.0), &[], 1.05), 7, "alone, no other request waits");
     }
 

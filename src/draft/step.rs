@@ -108,6 +108,11 @@ impl Shared<'_> {
         self.tokens.iter().any(|&t| t > 0)
     }
 
+    /// Other slots verifying in the step: the requests that wait for whatever this sequence adds to it.
+    pub fn waiting(&self) -> usize {
+        self.tokens.iter().enumerate().filter(|&(j, &t)| j != self.seq && t > 0).count()
+    }
+
     /// Tokens slot `j` verifies when this sequence verifies `own`.
     #[inline]
     pub fn with(&self, own: usize) -> impl Fn(usize) -> usize + '_ {
