@@ -108,9 +108,10 @@ impl Shared<'_> {
         self.tokens.iter().any(|&t| t > 0)
     }
 
-    /// Other slots verifying in the step: the requests that wait for whatever this sequence adds to it.
+    /// Other slots verifying in the step: the requests that wait for whatever this sequence adds to it. Its own
+    /// entry is 0, as [`Shared::others`] reads it.
     pub fn waiting(&self) -> usize {
-        self.tokens.iter().enumerate().filter(|&(j, &t)| j != self.seq && t > 0).count()
+        self.tokens.iter().filter(|&&t| t > 0).count()
     }
 
     /// Tokens slot `j` verifies when this sequence verifies `own`.
