@@ -199,7 +199,9 @@ fn a_cached_prompt_answers_as_the_prompt_decoded_alone() {
 }
 
 /// Gemma-3's sliding window keeps checkpoints, where `--cache-exact` does not apply (the server says so at start, and
-/// names `--swa-full`); with `--swa-full` it keeps every cell, and a cached prompt answers as alone there too.
+/// names `--swa-full`); with `--swa-full` it keeps every cell, and a cached prompt answers as alone there too, also
+/// the second turn served after an unrelated prompt, which the server restores from its RAM prompt cache with the
+/// cells that left the window (patch 0020).
 #[test]
 fn a_sliding_window_model_with_swa_full_answers_from_a_cached_prompt_as_alone() {
     let _one = common::one_at_a_time();
@@ -211,4 +213,5 @@ fn a_sliding_window_model_with_swa_full_answers_from_a_cached_prompt_as_alone() 
     assert_eq!(differ, 0, "with --swa-full --cache-exact, an answer from a cached prompt differs from its prompt decoded alone");
     assert!(reused.iter().all(|n| n % 160 % 64 == 0), "reuse stopped inside an alone ubatch: {reused:?}");
     assert!(reused.iter().filter(|&&n| n > 0).count() >= 4, "shared prefixes were not reused: {reused:?}");
+    assert!(reused[5] >= 640, "the second turn, restored from the RAM prompt cache, reused less than its first turn's whole ubatches: {reused:?}");
 }
