@@ -410,11 +410,11 @@ pub struct Verify {
 impl Verify {
     pub fn new(beta: &BetaModel, shared: &Shared) -> Verify {
         let mut cost = [1.0; MAX_DRAFT + 2];
-        let others = shared.others();
+        let waiting = shared.waiting();
         for (t, c) in cost.iter_mut().enumerate().skip(1) {
-            *c = if others { beta.step(shared.n(), shared.with(t)) } else { beta.beta(t) };
+            *c = if waiting > 0 { beta.step(shared.n(), shared.with(t)) } else { beta.beta(t) };
         }
-        Verify { cost, others: shared.expected, plain: (shared.expected + 1.0) / cost[1], waiting: shared.waiting(), fair: 0.0 }
+        Verify { cost, others: shared.expected, plain: (shared.expected + 1.0) / cost[1], waiting, fair: 0.0 }
     }
 
     /// With other slots in the step, a draft whose throughput gain is below `per_waiting` times the share of the
