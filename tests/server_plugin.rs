@@ -215,3 +215,72 @@ fn a_sliding_window_model_with_swa_full_answers_from_a_cached_prompt_as_alone() 
     assert!(reused.iter().filter(|&&n| n > 0).count() >= 4, "shared prefixes were not reused: {reused:?}");
     assert!(reused[5] >= 640, "the second turn, restored from the RAM prompt cache, reused less than its first turn's whole ubatches: {reused:?}");
 }
+
+/// With `--swa-full` in a KV cache shared by the slots (`-kvu`), a sequence's cells that left the sliding window stay
+/// its own: a later request of its slot reuses a prefix of it, whose window reaches back to them. Upstream (and patch
+/// 0017's pages) counted them free, so another slot's prompt took them, and that reuse then read a window with a hole
+/// and answered unlike alone (patch 0020). Two ways: B after A, with `--no-cache-idle-slots` (by default the server
+/// saves and clears an idle slot when another one starts); and with the defaults, B while A is still generating.
+#[test]
+fn a_full_size_sliding_window_in_a_shared_cache_keeps_a_slot_s_cells_for_its_next_request() {
+    let _one = common::one_at_a_time();
+    let dir = common::scratch("server-shared-swa-full");
+    let gemma = kolm_rsd::fetch::model("gemma3-270m", false).expect("fetch gemma3-270m");
+    // A is long enough that its first two pages of 256 cells leave the window of 512; A2 shares A's first 800
+    // tokens or so, so its window reaches into them; B, in the other slot, is long enough to want two pages.
+    let a = format!("{}\n\nFirst, the records about Ann Lee:", common::records(0));
+    let a2 = format!("{}\n\nSomething else: how many records name Oslo?", common::head(&a, a.len() * 7 / 10));
+    let b = common::head(&common::records(2), 1500).to_string();
+    let model = Model::load(&gemma, &ModelOptions { n_gpu_layers: 0 }).unwrap();
+    let n = |p: &str| model.tokenize(p, true, false).unwrap().len();
+    let (n_a, n_a2, n_b) = (n(&a), n(&a2), n(&b));
+    drop(model);
+    assert!(n_a + 48 > 512 + 512 + 64 && n_a2 > 512 + 256 && n_b > 256, "prompt lengths miss the layout: A {n_a}, A2 {n_a2}, B {n_b}");
+
+    for (case, flags) in [("B after A", &["--no-cache-idle-slots"][..]), ("B while A generates", &[][..])] {
+        let mut o = ServerOptions::new(&gemma, &dir.join(format!("{}.log", case.replace(' ', "-"))));
+        o.n_ctx = 4096;
+        o.n_parallel = 2;
+        o.plugin = Some(common::plugin());
+        o.plugin_arg = Some("adaptive=0,live=mem,misslog=off".into());
+        o.extra = ["-kvu", "--swa-full", "--cache-exact", "-b", "160", "-ub", "64", "-fa", "off"].iter().chain(flags).map(|a| a.to_string()).collect();
+        let s = Server::start(&o).unwrap();
+        let ask = |p: &str, slot: i64, cache: bool, n_predict: u32| {
+            let body = json!({"prompt": p, "n_predict": n_predict, "ignore_eos": true, "temperature": 0.0, "n_probs": 2,
+                              "cache_prompt": cache, "id_slot": slot});
+            match s.post("/completion", body).unwrap() {
+                (200, v) => v,
+                (status, v) => panic!("{case}: status {status}: {v}\n{}", s.log_tail()),
+            }
+        };
+        if flags.is_empty() {
+            std::thread::scope(|t| {
+                let a_run = t.spawn(|| ask(&a, 0, true, 300));
+                // B comes once A's prompt is in and A generates
+                let generating = || {
+                    let slots: Value = ureq::get(&format!("http://127.0.0.1:{}/slots", s.port())).call().unwrap().into_json().unwrap();
+                    slots[0]["is_processing"] == true && slots[0]["next_token"][0]["n_decoded"].as_u64().unwrap_or(0) > 0
+                };
+                while !generating() {
+                    assert!(!a_run.is_finished(), "{case}: A ended before it was seen generating");
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                }
+                ask(&b, 1, true, 48);
+                assert!(!a_run.is_finished(), "{case}: A ended before B's prompt was in");
+                a_run.join().unwrap();
+            });
+        } else {
+            ask(&a, 0, true, 48);
+            ask(&b, 1, true, 48);
+        }
+        let cached = ask(&a2, 0, true, 48);
+        let alone = ask(&a2, 0, false, 48);
+        s.stop();
+        let reused = cached["timings"]["cache_n"].as_u64().unwrap();
+        eprintln!("{case}: A {n_a}, A2 {n_a2}, B {n_b} tokens; A2 reused {reused} cells of A");
+        assert!(reused >= 512 + 64, "{case}: A2 reused {reused} cells of A: its window does not reach back into cells that left A's");
+        assert_eq!(alone["timings"]["cache_n"], 0, "{case}: a request without the cache reused cells");
+        assert_eq!(cached["content"], alone["content"], "{case}: A2 from A's cells differs from A2 alone");
+        assert_eq!(cached["completion_probabilities"], alone["completion_probabilities"], "{case}: A2's probabilities from A's cells differ from alone");
+    }
+}
