@@ -58,6 +58,11 @@ impl LoadConfig {
         matches!(self, LoadConfig::PlainStrict | LoadConfig::KolmIdle | LoadConfig::Kolm | LoadConfig::KolmB)
     }
 
+    /// Whether the configuration serves with the recipe pack (the others run without one).
+    pub fn uses_pack(self) -> bool {
+        matches!(self, LoadConfig::Kolm | LoadConfig::KolmB)
+    }
+
     /// A comma-separated list of names; `plain` is always run first (every ratio is against it).
     pub fn parse_list(s: &str) -> Result<Vec<LoadConfig>, String> {
         let mut v = vec![LoadConfig::Plain];
@@ -490,7 +495,7 @@ pub fn markdown(rows: &[LoadRow], bases: &[CeilingBasis], o: &LoadOptions) -> St
     let names: Vec<&str> = rows.first().map(|r| r.p50_by_label.iter().map(|(l, _)| l.as_str()).collect()).unwrap_or_default();
     let _ = writeln!(
         s,
-        "{} clients × {} requests ({}{}, a quarter streamed{}), {} round(s) per configuration, `n_predict` {}, {} KV cells a slot, model `{}`, pack `{}`{}\n",
+        "{} clients × {} requests ({}{}, a quarter streamed{}), {} round(s) per configuration, `n_predict` {}, {} KV cells a slot, model `{}`, {}{}\n",
         o.clients,
         o.per_client,
         names.join(" and "),
@@ -500,7 +505,7 @@ pub fn markdown(rows: &[LoadRow], bases: &[CeilingBasis], o: &LoadOptions) -> St
         o.n_predict,
         o.slot_ctx,
         file_name(&o.model),
-        file_name(&o.pack),
+        if o.configs.iter().any(|c| c.uses_pack()) { format!("pack `{}`", file_name(&o.pack)) } else { "no pack".into() },
         if o.server_args.is_empty() { String::new() } else { format!(", every server with `{}`", o.server_args.join(" ")) }
     );
     let _ = writeln!(s, "| -np | config | done | identical to alone | tok/s (by round) | × plain | p50 s | p99 s (by round) | p50 {} s | drafted | accepted | ceiling (γ) | of ceiling | healthy |", names.join(" / "));
@@ -666,6 +671,9 @@ mod tests {
         assert!(cached.contains("a quarter streamed, `cache_prompt` true (the answers served alone without it))"), "{cached}");
         assert!(md.contains("| p50 mt-bench / json-extraction s |"), "{md}");
         assert!(md.contains("| 1.0 / 2.0 |"), "each workload's p50 by nearest rank (1, 3 s and 2, 4 s): {md}");
+        assert!(md.contains("pack `m.recipes.json`"), "{md}");
+        let plain_only = LoadOptions { configs: LoadConfig::parse_list("plain-strict,kolm-idle").unwrap(), ..opts() };
+        assert!(markdown(&[], &[], &plain_only).contains(", no pack"), "configurations that serve no pack name one");
     }
 
     #[test]

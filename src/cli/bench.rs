@@ -251,8 +251,9 @@ fn run_compile_bench(a: BenchArgs) -> Result<i32, Box<dyn std::error::Error>> {
 fn run_load(a: BenchArgs) -> Result<i32, Box<dyn std::error::Error>> {
     let name = a.models.as_ref().and_then(|m| m.first().cloned()).unwrap_or_else(|| fetch::DEFAULT_MODEL.into());
     let model = if Path::new(&name).is_file() { PathBuf::from(&name) } else { fetch::model(&name, !a.no_fetch)? };
+    let configs = LoadConfig::parse_list(a.configs.as_deref().unwrap_or("plain-strict,kolm-idle,kolm"))?;
     let pack = a.pack.clone().unwrap_or_else(|| engine::pack_beside(&model));
-    if !pack.is_file() {
+    if configs.iter().any(|c| c.uses_pack()) && !pack.is_file() {
         return Err(format!("no recipe pack at {} (run `kolm-rsd demo` or `kolm-rsd compile`, or pass --pack)", pack.display()).into());
     }
     let plugin = server::plugin_path().ok_or("libkolm_rsd.so is not next to this executable (cargo build --release)")?;
@@ -276,7 +277,7 @@ fn run_load(a: BenchArgs) -> Result<i32, Box<dyn std::error::Error>> {
         ab_server_args: flags(&a.ab_server_args),
         server_args: flags(&a.server_args),
         plugin,
-        configs: LoadConfig::parse_list(a.configs.as_deref().unwrap_or("plain-strict,kolm-idle,kolm"))?,
+        configs,
         slots: a.slots.clone().unwrap_or_else(|| vec![1, 4, 8]),
         clients: a.clients.max(1),
         per_client: a.per_client.max(1),
