@@ -24,10 +24,12 @@ tokens the target kept followed by one token of its own, so the tokens accepted 
 last draft and those tokens less the last; the proposer reports that before it drafts again.
 
 **Requests.** vLLM hands rows of its persistent batch, not request ids, and moves requests between rows as
-others finish. A row is the request proposed for last step when its first tokens and its length before this
-step's tokens match that request's; anything else is a new request (``begin``, on a free sequence of the
-engine, the longest unseen one evicted when none is free). Drafts only ever speed up; the target's
-verification decides the output, so a mistaken match costs speed, never correctness.
+others finish. A row is a request proposed for last step when its first tokens, its length before this step's
+tokens and its last token then match that request's (the one that was in the same row, when a chat template's
+common opening makes several match); anything else is a new request (``begin``, on a free sequence of the
+engine, the longest unseen one evicted when none is free). Every sequence is free or held by one request. Drafts
+only ever speed up; the target's verification decides the output, so a mistaken match costs speed, never
+correctness.
 """
 
 from __future__ import annotations
@@ -82,7 +84,7 @@ def find_pack(model: str, env: Optional[str] = None) -> Optional[Path]:
     return beside if beside.is_file() else None
 
 
-@dataclass
+@dataclass(eq=False)
 class _Request:
     """What the proposer knows of one request: its engine sequence and where it stood at the last draft."""
 
@@ -92,6 +94,8 @@ class _Request:
     last: int
     draft: list[int] = field(default_factory=list)
     seen: int = 0
+    #: The batch row it was in at the last draft: the tie-break between requests that match a row alike.
+    row: int = -1
 
 
 class Proposer:
@@ -126,7 +130,9 @@ class Proposer:
         if step_log:
             options.setdefault("step_log", step_log)
         self.drafter = Drafter(texts, pack=self.pack, control_tokens=control, n_seq=n_seq, n_max=self.k, **options)
-        self._requests: dict[tuple[bytes, int], _Request] = {}
+        #: Every request holding a sequence, by its first tokens and its length at the last draft: requests opened
+        #: by one chat template can share both.
+        self._requests: dict[tuple[bytes, int], list[_Request]] = {}
         self._free = list(range(n_seq - 1, -1, -1))
         self._step = 0
         self._seconds = 0.0
@@ -160,35 +166,31 @@ class Proposer:
                 continue
             tokens = np.asarray(token_ids_cpu[i, :n], dtype=np.int32)
             head, before = tokens[:_HEAD].tobytes(), n - len(sampled)
-            req = previous.get((head, before))
-            if req is not None and before >= 1 and int(tokens[before - 1]) == req.last:
-                del previous[(head, before)]
+            req = self._match(previous.get((head, before), []), i, int(tokens[before - 1]) if before >= 1 else -1)
+            if req is not None:
                 kept = 0
                 while kept < min(len(req.draft), len(sampled) - 1) and int(sampled[kept]) == req.draft[kept]:
                     kept += 1
                 self.drafter.accept(req.seq, kept)
-            else:
-                req = None
             rows.append((i, tokens, head, before, req))
+        # Requests without tokens this step (a prompt being prefilled, one that ended) keep their sequence until a
+        # new request needs it.
+        idle = [req for group in previous.values() for req in group]
         batch, placed = [], []
         for i, tokens, head, before, req in rows:
             if req is None:
-                seq = self._take(previous)
+                seq = self._take(idle)
                 if seq is None:
                     continue
                 req = _Request(seq=seq, head=head, n=0, last=-1)
                 self.drafter.begin(seq, tokens[:before].tobytes())
             n = len(tokens)
-            req.n, req.last, req.seen = n, int(tokens[n - 1]), self._step
-            self._requests[(head, n)] = req
+            req.n, req.last, req.seen, req.row = n, int(tokens[n - 1]), self._step, i
+            self._requests.setdefault((head, n), []).append(req)
             batch.append((req.seq, tokens[: n - 1].tobytes(), req.last))
             placed.append((i, req))
-        # Requests without tokens this step (a prompt being prefilled, not scheduled) keep their sequence.
-        for key, req in previous.items():
-            if key in self._requests:
-                self._free.append(req.seq)
-            else:
-                self._requests[key] = req
+        for req in idle:
+            self._requests.setdefault((req.head, req.n), []).append(req)
         # That chunk has no `begin` yet, and the step's time is not verify cost (one such 1.3 s step, timed as four
         # rows' decode, once made a drafted token look free).
         if prefilled:
@@ -203,15 +205,27 @@ class Proposer:
             self._report()
         return out
 
-    def _take(self, idle: dict) -> Optional[int]:
+    @staticmethod
+    def _match(candidates: list[_Request], row: int, last: int) -> Optional[_Request]:
+        """Takes from ``candidates`` (requests of the row's first tokens and length) the one whose last token
+        was ``last``, preferring the one that was in ``row``."""
+        same = [req for req in candidates if req.last == last]
+        if not same:
+            return None
+        req = next((r for r in same if r.row == row), same[0])
+        candidates.remove(req)
+        return req
+
+    def _take(self, idle: list[_Request]) -> Optional[int]:
         """A free engine sequence; when none is, that of the request without tokens for the most steps (None
         when every sequence is drafting this step: more rows than ``max_num_seqs``, which vLLM never sends)."""
         if self._free:
             return self._free.pop()
         if not idle:
             return None
-        key = min(idle, key=lambda k: idle[k].seen)
-        return idle.pop(key).seq
+        req = min(idle, key=lambda r: r.seen)
+        idle.remove(req)
+        return req.seq
 
     def summary(self) -> str:
         """What drafting did and the proposer's own time per step (Python and Rust)."""

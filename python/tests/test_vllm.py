@@ -168,6 +168,48 @@ def test_finished_requests_free_their_sequence(model_dir, vocab, monkeypatch):
     assert p.propose([[]], np.zeros(1, dtype=np.int32), np.zeros((1, MAX_LEN), dtype=np.int32)) == [[]]
 
 
+def test_requests_of_one_chat_template_at_the_same_length_keep_their_own_sequences(model_dir, vocab, monkeypatch):
+    """A chat template opens every request with the same system prompt, so requests share their first tokens; two
+    of them at the same length in one step must still stay two requests on two sequences (session 53: one was
+    dropped at each such step and its sequence lost, until one of eight rows was drafted for)."""
+    monkeypatch.setenv("KOLM_RSD_PACK", "off")
+    texts, _ = vocab
+    p = Proposer(config(model_dir, max_num_seqs=4), vocab=vocab, adaptive=False)
+
+    class Spy:
+        """The drafter, counting the rows of each batch it drafts for."""
+
+        def __init__(self, inner):
+            self.inner, self.rows = inner, []
+
+        def propose_batch(self, batch, k):
+            self.rows.append(len(batch))
+            return self.inner.propose_batch(batch, k)
+
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+
+    p.drafter = spy = Spy(p.drafter)
+    system = tokenize(texts, "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n")
+    assert len(system) >= 16
+    b = Batch(rows=4)
+    for row, name in enumerate(("Maria Lopez", "Ana Ruiz", "Li Wei", "Omar Haddad")):
+        # Prompts of one length whose answers no draft gets right: every row advances one token a step, in step.
+        prompt = system + tokenize(texts, f"Name: {name}.")[:6]
+        prompt += [prompt[-1]] * (len(system) + 6 - len(prompt))
+        b.add(row, prompt, [4000 + 50 * row + i for i in range(40)])
+    assert len(set(b.n.tolist())) == 1
+    while any(b.sampled):
+        b.verify(p.propose(b.sampled, b.n, b.tokens))
+    assert spy.rows[:39] == [4] * 39, spy.rows
+    # The engine's four sequences are all held or free: new requests get every one of them.
+    b = Batch(rows=4)
+    for row in range(4):
+        b.add(row, system + [5000 + row] * 6, [6000 + row] * 5)
+    b.verify(p.propose(b.sampled, b.n, b.tokens))
+    assert spy.rows[-1] == 4
+
+
 def test_a_step_that_prefilled_part_of_a_prompt_is_not_timed(model_dir, vocab, monkeypatch):
     monkeypatch.setenv("KOLM_RSD_PACK", "off")
     texts, _ = vocab
