@@ -50,7 +50,8 @@ _HEAD = 16
 #: clients 1.48x plain against 1.36x at 0.25 (session 19). Since the one-pass fit was repaired (session 36) none
 #: serves better: replayed at 8 clients on training prompts (Qwen2.5-Coder-0.5B) JSON 1.307x -> 1.377x, HumanEval
 #: 1.505x -> 1.536x, code edits 1.574x -> 1.648x, prose 0.999x -> 0.992x; served on held-out prompts in one run,
-#: JSON 0.97x -> 1.01x and prose 0.86x -> 0.96x (docs/vllm.md, "Runs of session 37").
+#: JSON 0.97x -> 1.01x and prose 0.86x -> 0.96x (docs/vllm.md, "Runs of session 37"; those served rows still lost
+#: requests of one chat template, fixed in session 53, so only the replay compares the margins fairly).
 _SHARED_GAIN = 0.0
 #: The least estimated acceptance of a token drafted beside other requests. llama-server's default (0.95) comes from
 #: its steps at eight slots, where a drafted token lengthens every slot's step by nearly what it is worth (session 41);
