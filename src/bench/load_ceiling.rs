@@ -33,6 +33,9 @@ pub struct LoadCosts {
     pub n_past: usize,
     /// `step_ms[k - 1]`: median time of the strict calls verifying k tokens in every slot, k = 1..=CALL_MAX.
     pub step_ms: Vec<f64>,
+    /// `single_ms[n - 1]`: median time of one slot alone verifying n tokens, n = 1..=CALL_MAX: what the uneven
+    /// steps are priced from.
+    pub single_ms: Vec<f64>,
     /// (prompt tokens, median ms) of one prompt decoded alone, ascending.
     pub prefill_ms: Vec<(usize, f64)>,
     /// Steps in which slots verify different numbers of tokens, against what the drafter's pass model makes of them.
@@ -121,7 +124,7 @@ pub fn measure(model: &Model, slots: usize, threads: i32, n_past: usize, max_pro
         prefill_ms.push((n, steps.prefill(n, reps)?));
         n *= 2;
     }
-    Ok(LoadCosts { slots, n_past, step_ms, prefill_ms, uneven })
+    Ok(LoadCosts { slots, n_past, step_ms, single_ms: single.to_vec(), prefill_ms, uneven })
 }
 
 /// One run's ceiling beside what it measured.
@@ -202,7 +205,7 @@ mod tests {
     }
 
     fn costs(step_ms: Vec<f64>) -> LoadCosts {
-        LoadCosts { slots: 4, n_past: 256, step_ms, prefill_ms: vec![(32, 100.0), (64, 180.0), (128, 340.0)], uneven: vec![] }
+        LoadCosts { slots: 4, n_past: 256, step_ms, single_ms: vec![], prefill_ms: vec![(32, 100.0), (64, 180.0), (128, 340.0)], uneven: vec![] }
     }
 
     #[test]
