@@ -128,11 +128,13 @@ def serve(label, model_dir, spec, env, args, sets, tokens, clients, port, logs):
 def serve_llama(label, gguf, plugin_arg, strict, sets, tokens, clients, port, logs):
     """One patched llama-server for one configuration: the same GGUF, as many slots as vLLM's sequences, every
     core (llama.cpp's default is the physical cores), its chat template from the GGUF; with ``plugin_arg`` the
-    kolm-rsd plugin (strict batching comes with it), else plain (``strict``: with strict batching)."""
+    kolm-rsd plugin (strict batching comes with it) and its step log, else plain (``strict``: with strict batching)."""
     slots = max(clients)
     cmd = [str(LLAMA_SERVER), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port), "-c", str(4096 * slots),
            "-np", str(slots), "-t", str(os.cpu_count() or 1), "--no-webui", "--metrics"]
     if plugin_arg is not None:
+        # A line per server step, as the vLLM proposer's: its wall time, the drafter's price, the tokens each slot verified.
+        plugin_arg += f",steplog={logs / f'{label}.steps.tsv'}"
         cmd += ["--spec-plugin", str(PLUGIN), "--spec-plugin-arg", plugin_arg]
     elif strict:
         cmd += ["--strict-batching"]
