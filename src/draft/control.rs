@@ -258,6 +258,15 @@ impl BetaModel {
         if dt <= 0.0 {
             return;
         }
+        // The plain step is every β's denominator. At `-np 8` a slot alone at one token is rare, and the first
+        // such interval set it whole: one of 323 ms (a stall, twice a step of all eight at one token) made
+        // every β 1 and every step cost the same, so the drafter drafted as if tokens were free for the rest of
+        // the round (session 53, 304 of 441 steps). Its samples are held to what the unit is taken to be so far,
+        // as a bucket's later samples are to its mean.
+        let dt = match (m, self.unit_ns()) {
+            (1, Some(unit)) => dt.min(CLIP * unit),
+            _ => dt,
+        };
         clipped_average(&mut self.mean_ns[m], &mut self.samples[m], dt, 0.0);
         self.observations = self.observations.wrapping_add(1);
         if self.samples[m] <= EMA_SAMPLES || self.observations.is_multiple_of(REFIT_EVERY) {
@@ -503,6 +512,26 @@ mod tests {
         );
         b.observe(1, 50_000_000_000);
         assert!(b.beta(2) > 2.7, "idle gaps are ignored");
+    }
+
+    #[test]
+    fn a_stall_as_the_first_plain_step_does_not_set_the_unit() {
+        // Eight slots at one token (one pass of 8) for a while, then the first step of a slot alone stalls.
+        const MS: u64 = 1_000_000;
+        let mut b = BetaModel::new(DEFAULT_BETA_PRIOR);
+        for _ in 0..100 {
+            b.observe(8, 140 * MS);
+        }
+        let unit = b.unit_ns().unwrap();
+        assert!((unit / 1e6 - 140.0 / 3.1).abs() < 1.0, "inferred through the prior: {unit}");
+        b.observe(1, 323 * MS);
+        assert!(b.beta(8) > 2.0, "β(8) = {}", b.beta(8));
+        assert!(b.beta(9) > b.beta(8), "a ninth token still costs: {:?}", b.table());
+        // A lasting change is still followed, one sample at a time.
+        for _ in 0..12 {
+            b.observe(1, 90 * MS);
+        }
+        assert!(b.unit_ns().unwrap() > 85.0 * 1e6, "{:?}", b.unit_ns());
     }
 
     #[test]
