@@ -225,7 +225,7 @@ impl Drafter {
             self.coda.learn(predicted, &answer, self.texts.as_ref());
         }
         s.restart(prompt, self.texts.as_ref());
-        self.rounds.record(seq, 1, 1.0);
+        self.rounds.begun(seq);
         // llama-server and vLLM call this right after the decode that evaluated the prompt.
         self.prompt_decoded();
     }
@@ -788,7 +788,6 @@ mod tests {
         let mut d = Drafter::new(None, eager(2));
         let prompt = [10, 11, 12, 13, 14, 10, 11];
         d.begin(0, &prompt);
-        d.begin(1, &[10, 11]);
         let mut out = Vec::new();
         assert_eq!(d.propose(0, &prompt, 12, 3, 0, &mut out), 3);
         assert_eq!(
@@ -796,6 +795,7 @@ mod tests {
             [13, 14, 10],
             "copies what followed 11 12 earlier in this request"
         );
+        d.begin(1, &[10, 11]);
         assert_eq!(d.stats(0).unwrap().context_hits, 3);
         assert_eq!(
             d.propose(1, &[10, 11], 12, 3, 0, &mut out),
@@ -1188,6 +1188,32 @@ mod tests {
         let mut alone = Drafter::new(None, dear());
         alone.begin(0, toks);
         assert!(alone.propose(0, toks, *last, 15, 0, &mut out) >= 3);
+    }
+
+    #[test]
+    fn a_request_just_begun_shares_the_step_before_it_proposes() {
+        // The copy of `a_shared_call_asks_its_own_gain`, asked first in its step while a request has just begun on
+        // sequence 1: the step is shared, and at a 25% margin the copy is not drafted; with no request begun there
+        // it is drafted as alone.
+        let passage: Vec<i32> = (100..130).collect();
+        let mut prompt = vec![1, 2];
+        prompt.extend(&passage);
+        prompt.extend([7, 8]);
+        prompt.extend(&passage[..20]);
+        let (last, toks) = prompt.split_last().unwrap();
+        let mut out = Vec::new();
+        let cfg = DrafterConfig { n_seq: 2, layout: Some(Layout::Unified), shared_min_gain: 0.25, shared_sure: 0.0, shared_fair: 0.0, ..dear() };
+        let drafted = |begun: bool, out: &mut Vec<i32>| {
+            let mut d = Drafter::new(None, cfg.clone());
+            d.begin(0, toks);
+            d.propose(0, toks, *last, 0, 0, out);
+            if begun {
+                d.begin(1, &[50, 51]);
+            }
+            d.propose(0, toks, *last, 15, 1, out)
+        };
+        assert_eq!(drafted(true, &mut out), 0, "{out:?}");
+        assert!(drafted(false, &mut out) >= 3, "{out:?}");
     }
 
     #[test]
