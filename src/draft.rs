@@ -1155,15 +1155,21 @@ mod tests {
         assert!(ended(false).iter().all(|(_, p)| p.is_none()), "no price unless asked");
     }
 
-    #[test]
-    fn a_shared_call_asks_its_own_gain() {
-        // A copy after a 20-token match: alone it pays by far; in a call another sequence shares (in one pass: a
-        // unified KV cache), by about 11%: less than a margin of 25% (the default until session 30), more than 5%.
+    /// A prompt that ends 20 tokens into a repeat of a 30-token passage: a copy alone pays by far.
+    fn repeats_a_passage() -> Vec<i32> {
         let passage: Vec<i32> = (100..130).collect();
         let mut prompt = vec![1, 2];
         prompt.extend(&passage);
         prompt.extend([7, 8]);
         prompt.extend(&passage[..20]);
+        prompt
+    }
+
+    #[test]
+    fn a_shared_call_asks_its_own_gain() {
+        // A copy after a 20-token match: alone it pays by far; in a call another sequence shares (in one pass: a
+        // unified KV cache), by about 11%: less than a margin of 25% (the default until session 30), more than 5%.
+        let prompt = repeats_a_passage();
         let (last, toks) = prompt.split_last().unwrap();
         let mut out = Vec::new();
         let drafted = |cfg: DrafterConfig, out: &mut Vec<i32>| {
@@ -1195,11 +1201,7 @@ mod tests {
         // The copy of `a_shared_call_asks_its_own_gain`, asked first in its step while a request has just begun on
         // sequence 1: the step is shared, and at a 25% margin the copy is not drafted; with no request begun there
         // it is drafted as alone.
-        let passage: Vec<i32> = (100..130).collect();
-        let mut prompt = vec![1, 2];
-        prompt.extend(&passage);
-        prompt.extend([7, 8]);
-        prompt.extend(&passage[..20]);
+        let prompt = repeats_a_passage();
         let (last, toks) = prompt.split_last().unwrap();
         let mut out = Vec::new();
         let cfg = DrafterConfig { n_seq: 2, layout: Some(Layout::Unified), shared_min_gain: 0.25, shared_sure: 0.0, shared_fair: 0.0, ..dear() };
