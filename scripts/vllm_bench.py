@@ -69,10 +69,14 @@ def workload(name: str, split: str) -> list[dict]:
 
 
 def compile_pack(gguf: Path, train: list[dict], n_train: int, dest: Path) -> None:
-    if dest.is_file():
-        return
+    """The pack beside the weights, compiled from the first `n_train` training prompts: kept while it was compiled from
+    those (train.jsonl beside it says which), compiled anew otherwise (a pack of another --train is not reused)."""
     src = dest.with_name("train.jsonl")
-    src.write_text("".join(json.dumps(r) + "\n" for r in train[:n_train]))
+    text = "".join(json.dumps(r) + "\n" for r in train[:n_train])
+    if dest.is_file() and src.is_file() and src.read_text() == text:
+        return
+    dest.unlink(missing_ok=True)
+    src.write_text(text)
     subprocess.run([KOLM, "compile", "--model", gguf, "--prompts", src, "--max-tokens", "128", "-o", dest], check=True)
 
 
