@@ -109,9 +109,10 @@ class Drafter:
         turn). ``pack`` is checked against the texts' fingerprint (:class:`TokenizerMismatchError`).
         ``adaptive=False`` turns the break-even control off (drafts whatever the evidence gives);
         ``shared_gain`` is the margin over a plain step a draft must promise when other sequences share the
-        verify call (the plugin's ``shared_gain=``; None: its default, 0.05); ``shared_sure`` is the least estimated acceptance of a
-        token drafted beside other sequences (the plugin's ``shared_sure=``; None: its default, 0.95; 0: any that
-        pays); ``one_pass=True``: every step is one
+        verify call (the plugin's ``shared_gain=``), ``shared_sure`` the least estimated acceptance of a token drafted
+        beside other sequences (the plugin's ``shared_sure=``); None: 0 for both, the rule of engines whose step is one
+        forward pass of every sequence's tokens (vLLM), where the plugin's defaults are 0.05 and 0.95;
+        ``one_pass=True``: every step is one
         forward pass of all sequences' tokens with no call limit (vLLM), its cost learned per row count and
         drafted token, instead of llama-server's calls and passes;
         ``context=False`` drafts from the pack alone; ``live=False`` turns off the live index (recipes learned

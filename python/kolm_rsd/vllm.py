@@ -12,12 +12,14 @@ the drafter copies from the request alone. vLLM's speculative config refuses key
 pack cannot ride in it. A pack for another tokenizer stops the server with :class:`TokenizerMismatchError`.
 
 **Shared steps.** ``KOLM_RSD_SHARED_GAIN`` sets the margin over a plain step that a draft must promise when other
-requests share the verify step (the llama.cpp plugin's ``shared_gain=``); default 0, where the plugin's is 0.05 (see ``_SHARED_GAIN``).
-``KOLM_RSD_SHARED_SURE`` is the least estimated acceptance of a token drafted beside other requests (the plugin's
-``shared_sure=``); default 0, where the plugin's is 0.95 (see ``_SHARED_SURE``). A step's cost is learned as vLLM runs it, one
-forward pass of every request's tokens, priced per request and per drafted token (``KOLM_RSD_ONE_PASS=0``: priced
-as llama-server's calls of at most 16 tokens instead, kept to measure the difference). ``KOLM_RSD_STEP_LOG=PATH``
-writes a line per step: its wall time, what the drafter priced it at, and the tokens each request verified.
+requests share the verify step (the llama.cpp plugin's ``shared_gain=``), ``KOLM_RSD_SHARED_SURE`` the least
+estimated acceptance of a token drafted beside other requests (the plugin's ``shared_sure=``). Unset, both are 0:
+the Rust core's rule for engines whose step is one forward pass of every request's tokens
+(``DrafterConfig::one_pass_shared``, with the measurements behind it), where the plugin's are 0.05 and 0.95. A
+step's cost is learned as vLLM runs it, one forward pass of every request's tokens, priced per request and per
+drafted token (``KOLM_RSD_ONE_PASS=0``: priced as llama-server's calls of at most 16 tokens instead, kept to
+measure the difference). ``KOLM_RSD_STEP_LOG=PATH`` writes a line per step: its wall time, what the drafter priced
+it at, and the tokens each request verified.
 
 **Acceptance.** vLLM has no accept callback. The next step's ``sampled_token_ids`` of a request are the draft
 tokens the target kept followed by one token of its own, so the tokens accepted are the common prefix of the
@@ -46,26 +48,15 @@ from ._native import Drafter
 
 #: Tokens a row's identity is checked on, from its start.
 _HEAD = 16
-#: The margin a draft must promise in a step shared with other requests. 0.05 (the plugin's) served HumanEval at 8
-#: clients 1.48x plain against 1.36x at 0.25 (session 19). Since the one-pass fit was repaired (session 36) none
-#: serves better: replayed at 8 clients on training prompts (Qwen2.5-Coder-0.5B) JSON 1.307x -> 1.377x, HumanEval
-#: 1.505x -> 1.536x, code edits 1.574x -> 1.648x, prose 0.999x -> 0.992x; served on held-out prompts in one run,
-#: JSON 0.97x -> 1.01x and prose 0.86x -> 0.96x (docs/vllm.md, "Runs of session 37"; those served rows still lost
-#: requests of one chat template, fixed in session 53, so only the replay compares the margins fairly).
-_SHARED_GAIN = 0.0
-#: The least estimated acceptance of a token drafted beside other requests. llama-server's default (0.95) comes from
-#: its steps at eight slots, where a drafted token lengthens every slot's step by nearly what it is worth (session 41);
-#: in vLLM one adds a few percent to a step of several rows, and the numbers above were measured with no such floor.
-_SHARED_SURE = 0.0
 #: Steps between summary lines on stderr: vLLM ends its worker processes without running atexit handlers.
 _REPORT_EVERY = 256
 
 
-def _env_number(name: str, default: float) -> float:
-    """The number the environment variable ``name`` holds, or ``default`` when it is unset (the drafter checks its range)."""
+def _env_number(name: str) -> Optional[float]:
+    """The number the environment variable ``name`` holds, or None when it is unset (the drafter checks its range)."""
     value = os.environ.get(name)
     try:
-        return default if value is None else float(value)
+        return None if value is None else float(value)
     except ValueError:
         raise ValueError(f"{name}={value!r} is not a number") from None
 
@@ -121,8 +112,10 @@ class Proposer:
             vocab = hf_vocab(tok, mc.get_vocab_size())
         texts, control = vocab
         self.pack = find_pack(str(mc.model), os.environ.get("KOLM_RSD_PACK"))
-        options.setdefault("shared_gain", _env_number("KOLM_RSD_SHARED_GAIN", _SHARED_GAIN))
-        options.setdefault("shared_sure", _env_number("KOLM_RSD_SHARED_SURE", _SHARED_SURE))
+        for key, env in (("shared_gain", "KOLM_RSD_SHARED_GAIN"), ("shared_sure", "KOLM_RSD_SHARED_SURE")):
+            value = _env_number(env)
+            if value is not None:
+                options.setdefault(key, value)
         one_pass = os.environ.get("KOLM_RSD_ONE_PASS", "1")
         if one_pass not in ("0", "1"):
             raise ValueError(f"KOLM_RSD_ONE_PASS={one_pass!r} is not 0 or 1")

@@ -5,9 +5,8 @@
 use crate::error::{engine_error, KolmRsdError};
 use crate::tokens::{token_ids, token_texts, views};
 use kolm_rsd::draft::step::Layout;
-use kolm_rsd::draft::Context;
-use kolm_rsd::engine::{Engine, EngineConfig, LiveChoice, MISS_LOG_CAP, SHARED_GAIN_RANGE, SHARED_SURE_RANGE};
-use kolm_rsd::ffi::api::KolmRsdStats;
+use kolm_rsd::draft::{Context, DrafterConfig};
+use kolm_rsd::engine::{Counters, Engine, EngineConfig, LiveChoice, MISS_LOG_CAP, SHARED_GAIN_RANGE, SHARED_SURE_RANGE};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use std::collections::HashSet;
@@ -78,15 +77,15 @@ impl Drafter {
         if n_seq == 0 {
             return Err(PyValueError::new_err("n_seq must be at least 1"));
         }
-        let shared_gain = in_range("shared_gain", shared_gain, EngineConfig::default().shared_gain, &SHARED_GAIN_RANGE)?;
-        let shared_sure = in_range("shared_sure", shared_sure, EngineConfig::default().shared_sure, &SHARED_SURE_RANGE)?;
+        // Shared steps follow the one-pass engines' rule (vLLM's) unless the caller names a margin or a floor.
+        let rule = DrafterConfig::default().one_pass_shared();
+        let shared_gain = in_range("shared_gain", shared_gain, rule.shared_min_gain, &SHARED_GAIN_RANGE)?;
+        let shared_sure = in_range("shared_sure", shared_sure, rule.shared_sure, &SHARED_SURE_RANGE)?;
         let texts = self::token_texts(token_texts)?;
         let control: HashSet<i32> = control_tokens.unwrap_or_default().into_iter().collect();
         let live = if live { LiveChoice::Memory } else { LiveChoice::Off };
         let layout = one_pass.then_some(Layout::OnePass);
-        // No fairness rule for shared steps: vLLM prices a drafted token at a few percent of a step of several rows, and
-        // its runs were measured without one.
-        let cfg = EngineConfig { n_seq, n_max, adaptive, shared_gain, shared_sure, shared_fair: 0.0, layout, context: if context { Context::All } else { Context::Off }, live, pack, miss_log, miss_log_cap, step_log, ..EngineConfig::default() };
+        let cfg = EngineConfig { n_seq, n_max, adaptive, shared_gain, shared_sure, shared_fair: rule.shared_fair, layout, context: if context { Context::All } else { Context::Off }, live, pack, miss_log, miss_log_cap, step_log, ..EngineConfig::default() };
         let engine = py.detach(|| Engine::from_texts(&views(&texts), |t| control.contains(&t), cfg)).map_err(engine_error)?;
         Ok(Drafter::wrap(engine))
     }
@@ -198,7 +197,7 @@ impl Drafter {
 
     /// Counters since the drafter was made, over all sequences.
     fn stats(&self) -> PyResult<Stats> {
-        Ok(Stats(self.engine()?.counters().into()))
+        Ok(Stats(self.engine()?.counters()))
     }
 
     /// One line on what the drafter was set up with (pack, sequences, miss log).
@@ -216,43 +215,43 @@ impl Drafter {
     }
 }
 
-/// What a drafter did since it was made (the C API's `kolm_rsd_stats`).
+/// What a drafter did since it was made (what the C API's `kolm_rsd_stats` reports).
 #[pyclass(frozen, module = "kolm_rsd")]
-pub struct Stats(KolmRsdStats);
+pub struct Stats(Counters);
 
 #[pymethods]
 impl Stats {
     #[getter]
     fn propose_calls(&self) -> u64 {
-        self.0.propose_calls
+        self.0.draft.calls
     }
     /// Calls that proposed at least one token.
     #[getter]
     fn drafts(&self) -> u64 {
-        self.0.drafts
+        self.0.draft.drafts
     }
     #[getter]
     fn tokens_drafted(&self) -> u64 {
-        self.0.tokens_drafted
+        self.0.draft.tokens_drafted
     }
     #[getter]
     fn tokens_accepted(&self) -> u64 {
-        self.0.tokens_accepted
+        self.0.draft.tokens_accepted
     }
     /// Drafted tokens that came from the recipe pack (literal or shape recipes).
     #[getter]
     fn pack_hits(&self) -> u64 {
-        self.0.pack_hits
+        self.0.draft.literal_hits + self.0.draft.shape_hits
     }
     /// Drafted tokens copied from the request's own text.
     #[getter]
     fn context_hits(&self) -> u64 {
-        self.0.context_hits
+        self.0.draft.context_hits
     }
     /// Steps on which the break-even control held drafting off.
     #[getter]
     fn steps_off(&self) -> u64 {
-        self.0.steps_off
+        self.0.draft.steps_off
     }
     #[getter]
     fn misses_logged(&self) -> u64 {
@@ -266,13 +265,21 @@ impl Stats {
     /// Accepted over drafted tokens (0 when nothing was drafted).
     #[getter]
     fn acceptance(&self) -> f64 {
-        self.0.tokens_accepted as f64 / self.0.tokens_drafted.max(1) as f64
+        self.0.draft.tokens_accepted as f64 / self.0.draft.tokens_drafted.max(1) as f64
     }
     fn __repr__(&self) -> String {
-        let s = &self.0;
+        let s = &self.0.draft;
         format!(
             "Stats(propose_calls={}, drafts={}, tokens_drafted={}, tokens_accepted={}, pack_hits={}, context_hits={}, steps_off={}, misses_logged={}, pack_entries={})",
-            s.propose_calls, s.drafts, s.tokens_drafted, s.tokens_accepted, s.pack_hits, s.context_hits, s.steps_off, s.misses_logged, s.pack_entries
+            s.calls,
+            s.drafts,
+            s.tokens_drafted,
+            s.tokens_accepted,
+            s.literal_hits + s.shape_hits,
+            s.context_hits,
+            s.steps_off,
+            self.0.misses_logged,
+            self.0.pack_entries
         )
     }
 }
