@@ -100,9 +100,11 @@ fn a_trace_that_cannot_be_written_is_named_before_anything_is_recorded() {
 }
 
 #[test]
-fn several_clients_are_replayed_beside_their_oracle() {
+fn several_clients_are_replayed_beside_their_oracle_and_traced() {
     let model = common::smol();
-    let out = replay(&["--model", model.to_str().unwrap(), "--pack", "off", "--workload", "code-edit", "--prompts", "3", "--tokens", "48", "--clients", "2"]);
+    let trace = common::scratch("replay-clients").join("steps.tsv");
+    let args = ["--model", model.to_str().unwrap(), "--pack", "off", "--workload", "code-edit", "--prompts", "3", "--tokens", "48", "--clients", "2"];
+    let out = replay(&[&args[..], &["--trace", trace.to_str().unwrap()]].concat());
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     let cells = |prefix: &str, nth: usize| -> Vec<String> {
@@ -118,4 +120,15 @@ fn several_clients_are_replayed_beside_their_oracle() {
     // Each request's runs of right proposals are its own, however many share its steps: the oracle drafts what
     // it drafts alone (the first table's oracle rows).
     assert_eq!(num(&oracle, 4), num(&cells("| … oracle", 0), 4), "{stdout}");
+    // The trace follows the row of clients: a line per request and step, summing to its drafted and accepted tokens.
+    let text = std::fs::read_to_string(&trace).unwrap();
+    let steps: Vec<Vec<usize>> = text.lines().skip(1).map(|l| l.split('\t').take(6).map(|c| c.parse().unwrap()).collect()).collect();
+    assert_eq!(steps.iter().map(|s| s[2]).sum::<usize>() as f64, num(&drafter, 4), "{text}");
+    assert_eq!(steps.iter().map(|s| s[3]).sum::<usize>() as f64, num(&drafter, 5), "{text}");
+    assert_eq!(steps.iter().map(|s| s[0]).max(), Some(2), "all three recordings: {text}");
+    // Two requests share each step: more lines than steps, never more than twice as many.
+    let passes = num(&drafter, 3) as usize;
+    assert!(steps.len() > passes && steps.len() <= 2 * passes, "{} lines for {passes} steps", steps.len());
+    let summary = stdout.lines().find(|l| l.starts_with("trace of the 2 clients row")).unwrap_or_else(|| panic!("{stdout}"));
+    assert!(summary.contains(&format!("({} steps)", steps.len())), "{summary}");
 }

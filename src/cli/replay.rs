@@ -7,7 +7,7 @@ use kolm_rsd::draft::syntax::TokenTexts;
 use kolm_rsd::draft::step::Layout;
 use kolm_rsd::draft::{Context, Drafter, DrafterConfig};
 use kolm_rsd::llama::{Model, ModelOptions};
-use kolm_rsd::replay::{model_key, oracle, replay, replay_batched, replay_traced, right_proposals, right_run, NgramSimple, Oracle, Recorded, Recordings, Replayed, Step};
+use kolm_rsd::replay::{model_key, oracle, replay, replay_batched, replay_batched_traced, replay_traced, right_proposals, right_run, NgramSimple, Oracle, Recorded, Recordings, Replayed, Step};
 use kolm_rsd::live::{Live, LiveConfig};
 use kolm_rsd::pack::MAX_N;
 use kolm_rsd::shape::ShapeTable;
@@ -49,7 +49,8 @@ pub struct ReplayArgs {
     /// the same recordings).
     #[arg(long, value_name = "LITERAL,SHAPE", default_value = "8,6", value_parser = context_lengths)]
     live_n: Vec<(usize, usize)>,
-    /// Write the first row's steps to this file (tab-separated: recording, position, drafted, accepted, how
+    /// Write the first row's steps to this file (with `--clients`, the first row of clients': each request's part of
+    /// each step, where the drafter decides beside others; tab-separated: recording, position, drafted, accepted, how
     /// many of the chain's first tokens the recording has next, how long a run the oracle drafts there, the chain:
     /// each token's evidence and the acceptance expected of it, `|` where the draft ended; then the text the
     /// recording has next and the chain's text, quoted), and sum up where the drafter and its chain part.
@@ -176,7 +177,8 @@ pub fn run(a: &ReplayArgs) -> CliResult {
                 replay(&mut d, &warm, INVARIANT_DRAFT, beta, 1e6);
                 label += &format!(", live contexts up to {literal} literal / {shape} shape");
             }
-            match trace.take() {
+            // The trace follows the batched rows' first when there are any: that is where their decisions differ.
+            match if a.clients.is_empty() { trace.take() } else { None } {
                 Some(mut t) => {
                     let right = right_proposals(index.as_ref(), Some(&texts), &cfg, &runs);
                     let r = replay_traced(&mut d, &runs, INVARIANT_DRAFT, beta, 1e6, |s| {
@@ -187,7 +189,7 @@ pub fn run(a: &ReplayArgs) -> CliResult {
                         let oracle = right_run(&right[s.run], done - 1, INVARIANT_DRAFT);
                         t.step(s, oracle, next, &texts, beta)
                     });
-                    traced = Some(t.finish(r.1.cost)?);
+                    traced = Some(t.finish("first", r.1.cost)?);
                     row(&label, r);
                 }
                 None => row(&label, replay(&mut d, &runs, INVARIANT_DRAFT, beta, 1e6)),
@@ -216,12 +218,9 @@ pub fn run(a: &ReplayArgs) -> CliResult {
         let n = usize::from(n);
         let plain = replay_batched(None, &runs, n, INVARIANT_DRAFT, one_pass, 1e6);
         for lengths in &lives {
-            // As the vLLM proposer drafts (`kolm_rsd.vllm`'s `_SHARED_GAIN` and `_SHARED_SURE`, no fairness rule): no margin
-            // and no least acceptance in shared steps. The row took the plugin's (0.05, 0.95) from the defaults since
-            // session 41 gave llama-server its floor: at eight clients it drafted 705 tokens at α 0.96 where the proposer,
-            // served on the same 16 JSON prompts, drafted 1,259–1,319 at 0.82–0.85; now 1,285 at 0.85 (session 61).
-            let cfg = DrafterConfig { n_seq: n, layout: Some(Layout::OnePass), shared_min_gain: 0.0, shared_sure: 0.0, shared_fair: 0.0, ..cfg.clone() };
-            let mut d = Drafter::new(index.clone(), cfg).with_texts(texts.clone());
+            // As the vLLM proposer drafts: its one pass per step and its shared-step rule.
+            let shared = DrafterConfig { n_seq: n, layout: Some(Layout::OnePass), ..cfg.clone() }.one_pass_shared();
+            let mut d = Drafter::new(index.clone(), shared).with_texts(texts.clone());
             let mut label = format!("{n} clients");
             if let Some((literal, shape)) = *lengths {
                 let lc = LiveConfig { max_n_literal: literal, max_n_shape: shape, ..LiveConfig::default() };
@@ -229,7 +228,22 @@ pub fn run(a: &ReplayArgs) -> CliResult {
                 replay(&mut d, &warm, INVARIANT_DRAFT, |m| one_pass(1, m - 1), 1e6);
                 label += &format!(", live contexts up to {literal} literal / {shape} shape");
             }
-            let t = replay_batched(Some(&mut d), &runs, n, INVARIANT_DRAFT, one_pass, 1e6);
+            let t = match trace.take() {
+                Some(mut tr) => {
+                    let right = right_proposals(index.as_ref(), Some(&texts), &cfg, &runs);
+                    let price = |m: usize| one_pass(n, m - 1);
+                    let t = replay_batched_traced(&mut d, &runs, n, INVARIANT_DRAFT, one_pass, 1e6, |s| {
+                        let r = &runs[s.run];
+                        let done = s.position - r.prompt.len();
+                        let next = r.output.get(done..).unwrap_or_default();
+                        let oracle = right_run(&right[s.run], done - 1, INVARIANT_DRAFT);
+                        tr.step(s, oracle, next, &texts, &price)
+                    });
+                    traced = Some(tr.finish(&label, t.cost)?);
+                    t
+                }
+                None => replay_batched(Some(&mut d), &runs, n, INVARIANT_DRAFT, one_pass, 1e6),
+            };
             println!("| {label} | {:.3} | {} | {} | {} | {:.2} |", plain.cost / t.cost, t.passes, t.drafted, t.accepted, t.acceptance());
         }
         if !a.prediction {
@@ -333,14 +347,15 @@ impl<'p> Trace<'p> {
         ));
     }
 
-    /// Flushes the file; returns the sums, to print below the table. `cost`: the traced run's verify cost.
-    fn finish(mut self, cost: f64) -> Result<String, String> {
+    /// Flushes the file; returns the sums, to print below the table. `row`: which row was traced; `cost`: its
+    /// verify cost.
+    fn finish(mut self, row: &str, cost: f64) -> Result<String, String> {
         let flushed = self.out.flush();
         if let Some(e) = self.error.take().or(flushed.err()) {
             return Err(format!("{}: cannot write the trace: {e}", self.path.display()));
         }
         Ok(format!(
-            "trace of the first row: {} ({} steps). Declined where the chain's first token was right: {} steps ({} right tokens); \
+            "trace of the {row} row: {} ({} steps). Declined where the chain's first token was right: {} steps ({} right tokens); \
              drafted fewer than the chain had right: {} steps ({} tokens); drafted past the right run: {} drafts ({} tokens, {:.1} plain steps of verify cost, {:.1}% of the run's); \
              right tokens the oracle drafted and the step did not keep: {} in the chain, {} beyond it",
             self.path.display(),

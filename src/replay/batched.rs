@@ -3,8 +3,8 @@
 //! others (the step's price, the shared rates, the gate); served at eight clients a run costs a quarter of an
 //! hour and reads through ±7% noise, so this is where a change of the step control is A/B-tested first.
 
-use super::{right_run, verify, Recorded, Replayed};
-use crate::draft::Drafter;
+use super::{right_run, verify, Recorded, Replayed, Step};
+use crate::draft::{Drafter, Proposed};
 
 /// What drafts in a batched replay: the plugin's [`Drafter`], one sequence per client, or [`Oracle`].
 pub trait Batched {
@@ -14,6 +14,10 @@ pub trait Batched {
     fn propose(&mut self, seq: usize, hist: &[i32], last: i32, n_max: usize, now_ns: u64, out: &mut Vec<i32>) -> usize;
     /// The target kept the first `n` tokens drafted on `seq`.
     fn accept(&mut self, seq: usize, n: usize);
+    /// The tokens the last `propose` on `seq` looked at, drafted or not, with their evidence (none for the oracle).
+    fn last_chain(&self, _seq: usize) -> Vec<Proposed> {
+        Vec::new()
+    }
 }
 
 impl Batched for Drafter {
@@ -28,6 +32,9 @@ impl Batched for Drafter {
     }
     fn accept(&mut self, seq: usize, n: usize) {
         Drafter::accept(self, seq, n);
+    }
+    fn last_chain(&self, seq: usize) -> Vec<Proposed> {
+        Drafter::last_chain(self, seq)
     }
 }
 
@@ -73,12 +80,38 @@ impl Batched for Oracle<'_> {
 /// drafter's clock. Returns the sum over all requests (`passes`: steps; `cost`: the clock in plain one-request
 /// steps); its speed against plain decoding is the ratio of the two runs' costs.
 pub fn replay_batched(
+    d: Option<&mut dyn Batched>,
+    runs: &[Recorded],
+    clients: usize,
+    n_max: usize,
+    step: impl Fn(usize, usize) -> f64,
+    unit_ns: f64,
+) -> Replayed {
+    replay_batched_with(d, runs, clients, n_max, step, unit_ns, None)
+}
+
+/// [`replay_batched`], showing `trace` every request's part of every step.
+pub fn replay_batched_traced(
+    d: &mut dyn Batched,
+    runs: &[Recorded],
+    clients: usize,
+    n_max: usize,
+    step: impl Fn(usize, usize) -> f64,
+    unit_ns: f64,
+    mut trace: impl FnMut(Step),
+) -> Replayed {
+    replay_batched_with(Some(d), runs, clients, n_max, step, unit_ns, Some(&mut trace))
+}
+
+/// The batched replay loop; the chain behind each draft is read only when traced.
+fn replay_batched_with(
     mut d: Option<&mut dyn Batched>,
     runs: &[Recorded],
     clients: usize,
     n_max: usize,
     step: impl Fn(usize, usize) -> f64,
     unit_ns: f64,
+    mut trace: Option<&mut dyn FnMut(Step)>,
 ) -> Replayed {
     /// A request in flight: its recording, the history the drafter sees, the token just sampled, and how many
     /// of the recording's later tokens are decoded.
@@ -130,8 +163,14 @@ pub fn replay_batched(
         for (seq, slot) in slots.iter_mut().enumerate() {
             let Some(l) = slot else { continue };
             let rest = &runs[l.run].output[1..];
+            let position = l.hist.len() + 1;
             let (acc, took) = verify(&l.draft, &rest[l.done..], &mut l.hist, &mut l.last);
             if let Some(d) = d.as_deref_mut() {
+                if let Some(trace) = trace.as_mut() {
+                    let chain = d.last_chain(seq);
+                    let right = chain.iter().zip(&rest[l.done..]).take_while(|(c, &t)| c.token == t).count();
+                    trace(Step { run: l.run, position, drafted: l.draft.len(), accepted: acc, chain, right });
+                }
                 d.accept(seq, acc);
             }
             l.done += took;
