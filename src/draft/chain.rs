@@ -109,6 +109,11 @@ pub(super) fn build_chain(
             }
         }
         let Some((t, c)) = next else { break };
+        // A token that would break a one-line string is judged as that, whatever proposed it.
+        let c = match texts {
+            Some(tx) if lex.place_of(tx.get(t)) == Place::LineBreak => c.at(Place::LineBreak),
+            _ => c,
+        };
         run *= f64::from(estimate(cfg, global, &s.rates, c));
         expected += run;
         best = best.max(verify.score(expected, i + 1, 0.0));

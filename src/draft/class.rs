@@ -72,7 +72,8 @@ pub fn layout() -> String {
 /// The live index's recipes (the target's own greedy answers to earlier requests, most seen once) start a
 /// little below the pack's. The prediction's first token where a line of the answer's opening starts is right
 /// where the answer fenced the predicted code (a guess: a fence's line is the usual preamble). Each sequence then
-/// learns its own rates, and all sequences share theirs.
+/// learns its own rates, and all sequences share theirs. A token that would break a one-line string
+/// ([`Place::LineBreak`]) starts unlikely whatever its evidence: valid JSON has no raw line break in a string.
 pub const DEFAULT_PRIOR: [f32; N_CLASSES] = flatten([
     // literal S/M/W, shape S/M/W, live literal S/M/W, live shape S/M/W,
     // copy 2, 3, 4–5, 6–8, 9–12, 13–20, 21+, ambiguous 2, 3, 4–5, answer's 2, 3, 4–5, 6–8,
@@ -80,6 +81,7 @@ pub const DEFAULT_PRIOR: [f32; N_CLASSES] = flatten([
     [0.7, 0.5, 0.35, 0.7, 0.25, 0.2, 0.65, 0.45, 0.3, 0.6, 0.25, 0.2, 0.6, 0.65, 0.7, 0.85, 0.85, 0.85, 0.9, 0.2, 0.25, 0.3, 0.35, 0.45, 0.6, 0.7, 0.2, 0.6, 0.5, 0.93, 0.85, 0.7], // code
     [0.8, 0.3, 0.2, 0.8, 0.25, 0.2, 0.75, 0.3, 0.2, 0.75, 0.25, 0.2, 0.1, 0.15, 0.2, 0.3, 0.5, 0.7, 0.9, 0.05, 0.1, 0.15, 0.1, 0.15, 0.2, 0.3, 0.05, 0.3, 0.85, 0.5, 0.3, 0.7], // key
     [0.35, 0.2, 0.1, 0.15, 0.1, 0.1, 0.3, 0.15, 0.1, 0.15, 0.1, 0.1, 0.65, 0.75, 0.75, 0.8, 0.8, 0.95, 0.98, 0.15, 0.3, 0.3, 0.4, 0.45, 0.7, 0.75, 0.15, 0.6, 0.5, 0.95, 0.8, 0.7], // value
+    [0.05; N_KINDS], // a line break in a one-line string
 ]);
 
 const fn flatten(t: [[f32; N_KINDS]; N_PLACES]) -> [f32; N_CLASSES] {
@@ -154,6 +156,12 @@ impl Class {
         Class::new(COPY + bucket, place)
     }
 
+    /// The same evidence at another place: where the token it proposes takes a place of its own
+    /// ([`Place::LineBreak`]).
+    pub const fn at(self, place: Place) -> Class {
+        Class::new(self.0 as usize % N_KINDS, place)
+    }
+
     /// A copy with no match behind it worth the name: after one token, or the prediction's opening.
     pub fn is_unmatched(self) -> bool {
         matches!(self.index() % N_KINDS, ONE_TOKEN | OPENING)
@@ -186,7 +194,7 @@ impl Class {
             _ if k >= COPY + COPY_EDGES.len() => format!("ambiguous copy {}", edge(k - COPY - COPY_EDGES.len())),
             _ => format!("copy {}", edge(k - COPY)),
         };
-        let place = ["code", "key", "value"][self.index() / N_KINDS];
+        let place = ["code", "key", "value", "line break"][self.index() / N_KINDS];
         format!("{kind} @{place}")
     }
 
@@ -220,7 +228,7 @@ fn recipe_kind(kind: EntryKind, count: u32, confidence: f32) -> usize {
 mod tests {
     use super::*;
 
-    const PLACES: [Place; N_PLACES] = [Place::Code, Place::Key, Place::Value];
+    const PLACES: [Place; N_PLACES] = [Place::Code, Place::Key, Place::Value, Place::LineBreak];
 
     #[test]
     fn classes_are_distinct_and_in_range() {
@@ -272,7 +280,7 @@ mod tests {
 
     #[test]
     fn longer_copies_are_trusted_more_a_priori() {
-        for place in PLACES {
+        for place in [Place::Code, Place::Key, Place::Value] {
             for (ambiguous, answered) in [(false, false), (true, false), (false, true), (true, true)] {
                 let p: Vec<f32> = (2..30).map(|n| DEFAULT_PRIOR[Class::copy(n, ambiguous, answered, place).index()]).collect();
                 assert!(p.windows(2).all(|w| w[0] <= w[1]), "{place:?} {p:?}");
@@ -292,6 +300,17 @@ mod tests {
             assert_eq!(Class::copy(2, true, true, place), Class::copy(2, false, true, place), "ambiguity is not split again");
             assert_eq!(Class::copy(9, false, true, place), Class::copy(9, false, false, place), "long matches are not split");
         }
+    }
+
+    #[test]
+    fn a_line_break_in_a_one_line_string_is_unlikely_whatever_proposes_it() {
+        for k in 0..N_KINDS {
+            let c = Class::new(k, Place::Value);
+            let broken = c.at(Place::LineBreak);
+            assert_eq!((broken.source(), broken.at(Place::Value)), (c.source(), c), "the same evidence, moved");
+            assert!(DEFAULT_PRIOR[broken.index()] <= 0.05 && DEFAULT_PRIOR[broken.index()] <= DEFAULT_PRIOR[c.index()], "{}", broken.label());
+        }
+        assert_eq!(Class::copy(10, false, false, Place::Value).at(Place::LineBreak).label(), "copy 9-12 @line break");
     }
 
     #[test]
