@@ -112,6 +112,14 @@ pub struct Step {
     pub right: usize,
 }
 
+impl Step {
+    /// A step of recording `run` that drafted `drafted` tokens from `chain` where the recording has `next`.
+    fn new(run: usize, position: usize, drafted: usize, accepted: usize, chain: Vec<Proposed>, next: &[i32]) -> Step {
+        let right = chain.iter().zip(next).take_while(|(c, &t)| c.token == t).count();
+        Step { run, position, drafted, accepted, chain, right }
+    }
+}
+
 /// Serves `runs` in order to `d`, drafting at most `n_max` tokens a step; a pass verifying m tokens costs
 /// `beta(m)` plain steps of `unit_ns` each on the drafter's clock. Returns each run's measurement and
 /// their sum.
@@ -160,9 +168,7 @@ fn replay_with(
             let position = hist.len() + 1;
             let (acc, took) = verify(&draft, &rest[i..], &mut hist, &mut last);
             if let Some(trace) = trace.as_mut() {
-                let chain = d.last_chain();
-                let right = chain.iter().zip(&rest[i..]).take_while(|(c, &t)| c.token == t).count();
-                trace(Step { run, position, drafted: g, accepted: acc, chain, right });
+                trace(Step::new(run, position, g, acc, d.last_chain(), &rest[i..]));
             }
             d.accept(acc);
             let cost = beta(g + 1);

@@ -181,14 +181,7 @@ pub fn run(a: &ReplayArgs) -> CliResult {
             match if a.clients.is_empty() { trace.take() } else { None } {
                 Some(mut t) => {
                     let right = right_proposals(index.as_ref(), Some(&texts), &cfg, &runs);
-                    let r = replay_traced(&mut d, &runs, INVARIANT_DRAFT, beta, 1e6, |s| {
-                        let r = &runs[s.run];
-                        let done = s.position - r.prompt.len();
-                        let next = r.output.get(done..).unwrap_or_default();
-                        // right[i] is about output[i + 1]: the oracle's run from the token this step drafts first.
-                        let oracle = right_run(&right[s.run], done - 1, INVARIANT_DRAFT);
-                        t.step(s, oracle, next, &texts, beta)
-                    });
+                    let r = replay_traced(&mut d, &runs, INVARIANT_DRAFT, beta, 1e6, |s| t.step(s, &runs, &right, &texts, beta));
                     traced = Some(t.finish("first", r.1.cost)?);
                     row(&label, r);
                 }
@@ -232,13 +225,7 @@ pub fn run(a: &ReplayArgs) -> CliResult {
                 Some(mut tr) => {
                     let right = right_proposals(index.as_ref(), Some(&texts), &cfg, &runs);
                     let price = |m: usize| one_pass(n, m - 1);
-                    let t = replay_batched_traced(&mut d, &runs, n, INVARIANT_DRAFT, one_pass, 1e6, |s| {
-                        let r = &runs[s.run];
-                        let done = s.position - r.prompt.len();
-                        let next = r.output.get(done..).unwrap_or_default();
-                        let oracle = right_run(&right[s.run], done - 1, INVARIANT_DRAFT);
-                        tr.step(s, oracle, next, &texts, &price)
-                    });
+                    let t = replay_batched_traced(&mut d, &runs, n, INVARIANT_DRAFT, one_pass, 1e6, |s| tr.step(s, &runs, &right, &texts, &price));
                     traced = Some(tr.finish(&label, t.cost)?);
                     t
                 }
@@ -307,9 +294,14 @@ impl<'p> Trace<'p> {
         }
     }
 
-    /// One step, on the clock `beta`; `oracle`: the run the oracle drafts here; `next`: the recording's tokens from
-    /// where the draft starts.
-    fn step(&mut self, s: Step, oracle: usize, next: &[i32], texts: &TokenTexts, beta: &dyn Fn(usize) -> f64) {
+    /// One step of `runs`, on the clock `beta`; `right`: their [`right_proposals`], which say the run the oracle drafts
+    /// where this step's draft starts.
+    fn step(&mut self, s: Step, runs: &[Recorded], right: &[Vec<bool>], texts: &TokenTexts, beta: &dyn Fn(usize) -> f64) {
+        let r = &runs[s.run];
+        let done = s.position - r.prompt.len();
+        // The recording's tokens from where the draft starts; right[i] is about output[i + 1].
+        let next = r.output.get(done..).unwrap_or_default();
+        let oracle = right_run(&right[s.run], done - 1, INVARIANT_DRAFT);
         self.steps += 1;
         let had = oracle.min(s.right).saturating_sub(s.accepted);
         self.missed.0 += had;

@@ -77,15 +77,16 @@ impl Lex {
     #[inline]
     pub fn place_of(&self, text: &[u8]) -> Place {
         if self.one_line() && memchr::memchr(b'\n', text).is_some() {
-            let mut escaped = self.escaped;
+            // Read on as `feed` does, up to the string's end: an escaped line break is a continuation, not a break.
+            let mut lex = *self;
             for &b in text {
-                match (escaped, b) {
-                    (true, _) => escaped = false,
-                    (false, b'\\') => escaped = true,
-                    (false, b'"') => break,
-                    (false, b'\n') => return Place::LineBreak,
-                    _ => {}
+                if !lex.one_line() {
+                    break;
                 }
+                if b == b'\n' && !lex.escaped {
+                    return Place::LineBreak;
+                }
+                lex.feed(&[b]);
             }
         }
         self.place()

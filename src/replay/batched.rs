@@ -167,9 +167,7 @@ fn replay_batched_with(
             let (acc, took) = verify(&l.draft, &rest[l.done..], &mut l.hist, &mut l.last);
             if let Some(d) = d.as_deref_mut() {
                 if let Some(trace) = trace.as_mut() {
-                    let chain = d.last_chain(seq);
-                    let right = chain.iter().zip(&rest[l.done..]).take_while(|(c, &t)| c.token == t).count();
-                    trace(Step { run: l.run, position, drafted: l.draft.len(), accepted: acc, chain, right });
+                    trace(Step::new(l.run, position, l.draft.len(), acc, d.last_chain(seq), &rest[l.done..]));
                 }
                 d.accept(seq, acc);
             }
