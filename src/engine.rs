@@ -361,6 +361,13 @@ pub struct Counters {
     pub pack_entries: u64,
 }
 
+impl Counters {
+    /// Drafted tokens that came from the pack, literal or shape recipes (what the C and Python APIs call pack hits).
+    pub fn pack_hits(&self) -> u64 {
+        self.draft.literal_hits + self.draft.shape_hits
+    }
+}
+
 /// The drafter of one model: pack index, request n-grams, break-even control, miss log.
 pub struct Engine {
     drafter: Drafter,

@@ -241,7 +241,7 @@ impl Stats {
     /// Drafted tokens that came from the recipe pack (literal or shape recipes).
     #[getter]
     fn pack_hits(&self) -> u64 {
-        self.0.draft.literal_hits + self.0.draft.shape_hits
+        self.0.pack_hits()
     }
     /// Drafted tokens copied from the request's own text.
     #[getter]
@@ -275,7 +275,7 @@ impl Stats {
             s.drafts,
             s.tokens_drafted,
             s.tokens_accepted,
-            s.literal_hits + s.shape_hits,
+            self.0.pack_hits(),
             s.context_hits,
             s.steps_off,
             self.0.misses_logged,

@@ -75,7 +75,7 @@ impl From<Counters> for KolmRsdStats {
             drafts: s.drafts,
             tokens_drafted: s.tokens_drafted,
             tokens_accepted: s.tokens_accepted,
-            pack_hits: s.literal_hits + s.shape_hits,
+            pack_hits: c.pack_hits(),
             context_hits: s.context_hits,
             steps_off: s.steps_off,
             misses_logged: c.misses_logged,
