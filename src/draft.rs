@@ -40,7 +40,7 @@ use crate::live::Live;
 use chain::{build_chain, estimate, Lookups};
 use class::{Class, Source, N_CLASSES};
 use control::{best_length, Acceptance, BetaModel, Rates, Verify, MAX_DRAFT};
-use gate::{Arm, Clock, Gate, GateConfig};
+use gate::{Arm, Clock, Gate};
 use miss::Pending;
 use prediction::Coda;
 use seq::Seq;
@@ -111,7 +111,7 @@ impl Drafter {
         Drafter {
             beta: BetaModel::new(&cfg.beta_prior).with_layout(cfg.layout),
             rounds: Rounds::new(cfg.n_seq),
-            gate: cfg.gate.clone().filter(|_| cfg.adaptive).map(|g| Gate::new(GateConfig { clock: g.clock.or(Some(cfg.gate_clock())), ..g })),
+            gate: cfg.gate.clone().filter(|_| cfg.adaptive).map(Gate::new),
             cfg,
             index,
             seqs,
@@ -568,6 +568,7 @@ impl Drafter {
 #[cfg(test)]
 mod tests {
     use super::control::DEFAULT_BETA_PRIOR;
+    use super::gate::GateConfig;
     use super::step::Layout;
     use super::*;
     use crate::pack::tests::{lit, meta};
@@ -1460,12 +1461,12 @@ mod tests {
     }
 
     #[test]
-    fn with_several_slots_the_gate_counts_plain_steps() {
-        assert_eq!(DrafterConfig::default().gate_clock(), Clock::Wall, "a sequence alone: wall time");
+    fn the_gate_counts_plain_steps() {
+        let alone = Drafter::new(None, DrafterConfig::default());
+        assert_eq!(alone.gate().map(Gate::clock), Some(Clock::PlainSteps), "a sequence alone as well");
         // llama-server's steps and vLLM's alike.
         for layout in [None, Some(Layout::OnePass)] {
             let cfg = DrafterConfig { n_seq: 4, context: Context::Off, layout, ..DrafterConfig::default() };
-            assert_eq!(cfg.gate_clock(), Clock::PlainSteps);
             a_gate_in_plain_steps_reads_one_token_a_slot_whatever_the_occupancy(cfg);
         }
     }

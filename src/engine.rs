@@ -83,7 +83,7 @@ pub struct EngineConfig {
     /// Where a line per server step goes (`steplog=PATH`), to compare steps' cost in place with their price.
     pub step_log: Option<PathBuf>,
     /// The measured on/off gate over the control (`gate=off` drops it), and its clock (`gate=wall|steps`; None:
-    /// the drafter's choice, [`DrafterConfig::gate_clock`]).
+    /// the gate's own, [`GateConfig::clock`]).
     pub gate: bool,
     pub gate_clock: Option<Clock>,
     /// The fewest server steps a gate window spans (`gate_steps=N`; [`GateConfig::min_steps`]).

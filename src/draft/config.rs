@@ -3,7 +3,7 @@
 use super::class::{DEFAULT_PRIOR, N_CLASSES};
 use super::control::{DEFAULT_BETA_PRIOR, INVARIANT_DRAFT};
 use super::step::Layout;
-use super::gate::{Clock, GateConfig};
+use super::gate::GateConfig;
 use crate::index::{Hit, Index};
 
 /// What of the request's own text the drafter copies (the plugin's `context=1|answer|0`).
@@ -96,18 +96,6 @@ impl DrafterConfig {
     /// The pack's recipe for the end of `history`, if it is as sure as this configuration asks.
     pub fn recipe(&self, index: &Index, history: &[i32]) -> Option<Hit> {
         index.lookup(history).filter(|h| self.sure(h))
-    }
-
-    /// The gate's clock unless its config names one: plain steps where several slots share the server's steps
-    /// (their number moves a window's tokens per second as much as drafting does: in vLLM at eight clients a step of
-    /// three requests took 73 ms and one of eight 97, so windows read 41 to 109 tokens per second with no draft),
-    /// wall time for a sequence alone (what was tuned and measured there).
-    pub fn gate_clock(&self) -> Clock {
-        if self.n_seq > 1 {
-            Clock::PlainSteps
-        } else {
-            Clock::Wall
-        }
     }
 
     /// Whether a recipe (of the pack or the live index) is as sure as this configuration asks.
