@@ -83,8 +83,8 @@ impl LoadConfig {
 #[derive(Clone, Debug)]
 pub struct LoadOptions {
     pub model: PathBuf,
-    /// The recipe pack the `kolm` configuration serves with.
-    pub pack: PathBuf,
+    /// The recipe pack the `kolm` configuration serves with (None: none, `pack=off`).
+    pub pack: Option<PathBuf>,
     /// Plugin settings `kolm-b` adds to `kolm`'s (`key=value,…`).
     pub ab_arg: String,
     /// llama-server flags `kolm-b` adds to `kolm`'s.
@@ -231,7 +231,8 @@ fn server_options(o: &LoadOptions, c: LoadConfig, slots: u32, round: usize) -> S
         }
         LoadConfig::Kolm | LoadConfig::KolmB => {
             s.plugin = Some(o.plugin.clone());
-            let mut arg = format!("pack={},live=mem,misslog={}", o.pack.display(), o.out.join("load-misses.jsonl").display());
+            let pack = o.pack.as_ref().map_or("off".into(), |p| p.display().to_string());
+            let mut arg = format!("pack={pack},live=mem,misslog={}", o.out.join("load-misses.jsonl").display());
             if c == LoadConfig::KolmB {
                 if !o.ab_arg.is_empty() {
                     arg = format!("{arg},{}", o.ab_arg);
@@ -505,7 +506,10 @@ pub fn markdown(rows: &[LoadRow], bases: &[CeilingBasis], o: &LoadOptions) -> St
         o.n_predict,
         o.slot_ctx,
         file_name(&o.model),
-        if o.configs.iter().any(|c| c.uses_pack()) { format!("pack `{}`", file_name(&o.pack)) } else { "no pack".into() },
+        match &o.pack {
+            Some(p) if o.configs.iter().any(|c| c.uses_pack()) => format!("pack `{}`", file_name(p)),
+            _ => "no pack".into(),
+        },
         if o.server_args.is_empty() { String::new() } else { format!(", every server with `{}`", o.server_args.join(" ")) }
     );
     let _ = writeln!(s, "| -np | config | done | identical to alone | tok/s (by round) | × plain | p50 s | p99 s (by round) | p50 {} s | drafted | accepted | ceiling (γ) | of ceiling | healthy |", names.join(" / "));
@@ -613,7 +617,7 @@ mod tests {
     fn opts() -> LoadOptions {
         LoadOptions {
             model: "m.gguf".into(),
-            pack: "m.recipes.json".into(),
+            pack: Some("m.recipes.json".into()),
             ab_arg: "shared_gain=0.05".into(),
             ab_server_args: vec!["-kvu".into()],
             server_args: Vec::new(),
@@ -777,6 +781,8 @@ mod tests {
         assert_eq!(idle.n_parallel, 4);
         let kolm = server_options(&o, LoadConfig::Kolm, 8, 0).plugin_arg.unwrap();
         assert!(kolm.starts_with("pack=m.recipes.json,live=mem,misslog="));
+        let packless = LoadOptions { pack: None, ..o.clone() };
+        assert!(server_options(&packless, LoadConfig::Kolm, 8, 0).plugin_arg.unwrap().starts_with("pack=off,live=mem,misslog="), "--pack off");
         let b = server_options(&o, LoadConfig::KolmB, 8, 0);
         assert_eq!((b.plugin_arg.unwrap(), &b.extra[2..]), (format!("{kolm},shared_gain=0.05"), &["-kvu".to_string()][..]));
         assert_eq!(server_options(&o, LoadConfig::Kolm, 8, 0).extra, http(8));

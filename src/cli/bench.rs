@@ -78,7 +78,8 @@ pub struct BenchArgs {
     /// Load mode: requests per client.
     #[arg(long, default_value_t = 4)]
     per_client: usize,
-    /// Load mode: the recipe pack (default: the one beside the model; `kolm-rsd demo` makes it).
+    /// Load mode: the recipe pack (default: the one beside the model; `kolm-rsd demo` makes it; `off`: none, the
+    /// plugin drafting from copies and its live index alone).
     #[arg(long)]
     pack: Option<PathBuf>,
     /// Load mode: plugin settings (`key=value,…`, as in --spec-plugin-arg) that configuration `kolm-b` adds to
@@ -252,9 +253,12 @@ fn run_load(a: BenchArgs) -> Result<i32, Box<dyn std::error::Error>> {
     let name = a.models.as_ref().and_then(|m| m.first().cloned()).unwrap_or_else(|| fetch::DEFAULT_MODEL.into());
     let model = if Path::new(&name).is_file() { PathBuf::from(&name) } else { fetch::model(&name, !a.no_fetch)? };
     let configs = LoadConfig::parse_list(a.configs.as_deref().unwrap_or("plain-strict,kolm-idle,kolm"))?;
-    let pack = a.pack.clone().unwrap_or_else(|| engine::pack_beside(&model));
-    if configs.iter().any(|c| c.uses_pack()) && !pack.is_file() {
-        return Err(format!("no recipe pack at {} (run `kolm-rsd demo` or `kolm-rsd compile`, or pass --pack)", pack.display()).into());
+    let pack = match a.pack.clone() {
+        Some(p) if p.as_os_str() == "off" => None,
+        p => Some(p.unwrap_or_else(|| engine::pack_beside(&model))),
+    };
+    if let Some(p) = pack.as_ref().filter(|p| configs.iter().any(|c| c.uses_pack()) && !p.is_file()) {
+        return Err(format!("no recipe pack at {} (run `kolm-rsd demo` or `kolm-rsd compile`, or pass --pack, or --pack off)", p.display()).into());
     }
     let plugin = server::plugin_path().ok_or("libkolm_rsd.so is not next to this executable (cargo build --release)")?;
     let workloads = a.workloads.clone().unwrap_or_else(|| vec!["json-extraction".into(), "mt-bench".into()]);
