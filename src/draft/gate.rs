@@ -66,9 +66,9 @@ pub struct GateConfig {
     /// Windows between re-measurements of the arm that is not running after a re-measurement overturned the
     /// choice, and after a first choice for drafting. A first choice against drafting (one window of each arm) is
     /// re-checked after one window, the interval doubling from there: the first drafting window drafts with the
-    /// control's priors, before it learned what is kept
-    /// (served alone, the first drafting window read 0.87–1.00 of not drafting in six server runs of six, most later
-    /// ones 1.1–1.3, and waiting eight windows to re-check it held drafting off for a third of a run).
+    /// control's priors, before it learned what is kept (served alone, the first drafting window read 0.87–1.00 of
+    /// not drafting in six server runs of six, most later ones 1.1–1.3, and waiting eight windows to re-check it
+    /// held drafting off for a third of a run).
     pub explore_every: u32,
     /// The longest interval between re-measurements, reached by doubling while they confirm the choice.
     pub explore_max: u32,
@@ -220,7 +220,7 @@ pub struct Gate {
 }
 
 impl Gate {
-    /// A gate on `cfg.clock`, or on wall time when the config leaves it open.
+    /// A gate on `cfg.clock`, or on plain steps when the config leaves it open.
     pub fn new(cfg: GateConfig) -> Gate {
         let explore_every = cfg.explore_every.max(1);
         let clock = cfg.clock.unwrap_or(Clock::PlainSteps);
@@ -801,8 +801,9 @@ mod tests {
     #[test]
     fn a_first_choice_for_drafting_is_not_rechecked_early() {
         // Drafting pays from its first window (2 tokens a step at 1.5x the step time): after one window of not
-        // drafting, drafting runs until not drafting is due again, `explore_every` (8) windows after the choice. Served on Qwen2.5-Coder-1.5B's JSON alone, a
-        // re-check at once cost a second window of not drafting at 1.4x apart.
+        // drafting, drafting runs until not drafting is due again, `explore_every` (8) windows after the choice.
+        // Served on Qwen2.5-Coder-1.5B's JSON alone, a re-check at once cost a second window of not drafting at 1.4x
+        // apart.
         let mut g = Gate::new(GateConfig { window: 10, min_steps: 1, ..wall() });
         let mut now = 0u64;
         let mut arms = Vec::new();
