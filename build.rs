@@ -193,8 +193,12 @@ fn sync_tree(src: &Path, dst: &Path) {
 fn fetch_sdist(lock: &Lock) -> PathBuf {
     let dir = cache_dir().join("dl");
     fs::create_dir_all(&dir).unwrap();
-    let file = dir.join(format!("{}-{}.tar.gz", lock.package.replace('-', "_"), lock.version));
+    let name = format!("{}-{}.tar.gz", lock.package.replace('-', "_"), lock.version);
+    let file = dir.join(&name);
     if !file.exists() || sha256_file(&file) != lock.sha256 {
+        // pip writes into a directory of this build's own, and the sdist is renamed into the cache whole: another
+        // build fetching at the same time (a second checkout, the Python package's) never reads a half-copied file.
+        let staging = dir.join(format!(".{name}.{}.partial", std::process::id()));
         let spec = format!("{}=={}", lock.package, lock.version);
         let status = Command::new(python())
             // Only this package as source; its build backend (needed to read the sdist's metadata) comes
@@ -202,10 +206,13 @@ fn fetch_sdist(lock: &Lock) -> PathBuf {
             .args(["-m", "pip", "download", "--no-deps", "--no-binary", &lock.package, "-q"])
             .arg(&spec)
             .arg("-d")
-            .arg(&dir)
+            .arg(&staging)
             .status()
             .unwrap_or_else(|e| panic!("running pip to fetch {spec}: {e}"));
         assert!(status.success(), "pip download {spec} failed");
+        let fetched = staging.join(&name);
+        fs::rename(&fetched, &file).unwrap_or_else(|e| panic!("moving {} to {}: {e}", fetched.display(), file.display()));
+        let _ = fs::remove_dir_all(&staging);
     }
     let got = sha256_file(&file);
     assert!(got == lock.sha256, "{}: SHA-256 {got} does not match the lock {}", file.display(), lock.sha256);
