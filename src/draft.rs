@@ -10,10 +10,10 @@
 //! Rooms: `config` (tuning), `seq` (what is kept per sequence), `chain` (the tokens one draft proposes and
 //! the evidence of each), `control` (break-even: β, acceptance, the best length), `step` (which sequences
 //! share the server's step, and the forward passes llama.cpp makes of it), `gate` (whether drafting pays at
-//! all, measured), `miss` (positions the next compile could learn); evidence comes from `context` (the
-//! request's copies), `enumeration` and `syntax` (the prompt's lists, the answer's places), `prediction` (the
-//! request's predicted output), [`crate::live`] (what the target answered earlier, learned while serving) and
-//! `model` (a draft model).
+//! all, measured), `probe` (how much a draft model may add, and when one that does not pay is asked again),
+//! `miss` (positions the next compile could learn); evidence comes from `context` (the request's copies),
+//! `enumeration` and `syntax` (the prompt's lists, the answer's places), `prediction` (the request's predicted
+//! output), [`crate::live`] (what the target answered earlier, learned while serving) and `model` (a draft model).
 
 mod chain;
 pub mod class;
@@ -26,6 +26,7 @@ mod miss;
 pub mod onepass;
 pub mod model;
 mod prediction;
+mod probe;
 pub mod rewrite;
 mod seq;
 pub mod stats;
@@ -43,6 +44,7 @@ use control::{best_length, Acceptance, BetaModel, Rates, Verify, MAX_DRAFT};
 use gate::{Arm, Clock, Gate};
 use miss::Pending;
 use prediction::Coda;
+use probe::ModelProbes;
 use seq::Seq;
 use step::Rounds;
 use syntax::TokenTexts;
@@ -86,9 +88,8 @@ pub struct Drafter {
     source: Option<Box<dyn TokenSource>>,
     /// Token texts, to tell keys and values from code; without them every position counts as code.
     texts: Option<TokenTexts>,
-    /// Steps since the draft model last drafted while it did not pay, and the current probe interval.
-    model_wait: u32,
-    model_probe_every: u32,
+    /// When a draft model that does not pay is asked again.
+    probes: ModelProbes,
     /// Whether drafting pays at all, measured (with the break-even control on and a gate configured).
     gate: Option<Gate>,
     /// Recipes learned from every sequence's verified answers, shared by all sequences.
@@ -112,6 +113,7 @@ impl Drafter {
             beta: BetaModel::new(&cfg.beta_prior).with_layout(cfg.layout),
             rounds: Rounds::new(cfg.n_seq),
             gate: cfg.gate.clone().filter(|_| cfg.adaptive).map(Gate::new),
+            probes: ModelProbes::new(&cfg),
             cfg,
             index,
             seqs,
@@ -120,8 +122,6 @@ impl Drafter {
             misses: VecDeque::new(),
             source: None,
             texts: None,
-            model_wait: 0,
-            model_probe_every: 0,
             live: None,
             stepped: false,
             stepped_price: None,
@@ -170,7 +170,6 @@ impl Drafter {
     /// Attaches a draft model, consulted where the pack and the request's n-grams have nothing.
     pub fn with_source(mut self, source: Box<dyn TokenSource>) -> Drafter {
         self.source = Some(source);
-        self.model_probe_every = self.cfg.model_probe_min;
         self
     }
 
@@ -360,34 +359,10 @@ impl Drafter {
         }
         let global = &self.global;
         // How many tokens the draft model may add, and whether this is a probe of a model that does not pay.
-        let p_model = [estimate(cfg, global, &s.rates, Class::model(s.answer.now().place())); MAX_DRAFT];
-        let (model_len, model_probe) = match model_cost {
-            None => (0, false),
-            Some(_) if !cfg.adaptive => (n_max, false),
-            Some(d) => match best_length(&p_model[..n_max], &verify, &[d; MAX_DRAFT][..n_max], need) {
-                // A model that would not pay even at `model_probe_alpha` acceptance is not probed: with the
-                // measured β and d nothing it could show would turn it on, and a probe costs a catch-up pass.
-                0 if best_length(&[cfg.model_probe_alpha; MAX_DRAFT][..n_max], &verify, &[d; MAX_DRAFT][..n_max], need) == 0 => {
-                    (0, false)
-                }
-                0 => {
-                    self.model_wait += 1;
-                    if self.model_wait >= self.model_probe_every {
-                        self.model_wait = 0;
-                        self.model_probe_every = (self.model_probe_every * 2).min(cfg.model_probe_max);
-                        s.stats.model_probes += 1;
-                        (cfg.probe_len.clamp(1, n_max), true)
-                    } else {
-                        (0, false)
-                    }
-                }
-                m => {
-                    self.model_probe_every = cfg.model_probe_min;
-                    (m, false)
-                }
-            },
-        };
-        let model = self.source.as_deref_mut().map(|m| (m, seq, if gated { 0 } else { model_len }));
+        let p_model = estimate(cfg, global, &s.rates, Class::model(s.answer.now().place()));
+        let budget = self.probes.budget(model_cost, p_model, cfg, &verify, n_max, need);
+        s.stats.model_probes += u64::from(budget.probe);
+        let model = self.source.as_deref_mut().map(|m| (m, seq, if gated { 0 } else { budget.len }));
         let pos0 = build_chain(self.index.as_ref(), self.live.as_ref(), self.texts.as_ref(), cfg, s, n_max, global, &verify, need, model, first);
 
         let mut p = [0f32; MAX_DRAFT];
@@ -406,7 +381,7 @@ impl Drafter {
         let g = if gated {
             s.stats.steps_gated += 1;
             best_length(&p[..sure], &verify, &cost[..sure], need)
-        } else if !cfg.adaptive || model_probe {
+        } else if !cfg.adaptive || budget.probe {
             n
         } else if best > 0 && s.drafting_run >= cfg.calibrate_every {
             0
