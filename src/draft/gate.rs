@@ -229,7 +229,8 @@ impl Gate {
             arm: Arm::On,
             rate: [None, None],
             since_explore: 0,
-            confirmed: 1,
+            // Set by the first choice (`next_arm`), before it is read.
+            confirmed: 0,
             explore_every,
             best: None,
             last: None,
@@ -465,9 +466,10 @@ impl Gate {
             [_, None] => return Arm::Off,
         };
         let best = if on >= off * (1.0 + self.cfg.margin) { Arm::On } else { Arm::Off };
-        if self.best.is_none() && best == Arm::On {
-            // Drafting won its first window, priors and all: only a choice against it is re-checked at once.
-            self.confirmed = self.cfg.explore_every.max(1);
+        if self.best.is_none() {
+            // The first choice: its drafting window drafted on the control's priors, so a choice against drafting is
+            // re-checked after one window; one for drafting, which won priors and all, after `explore_every`.
+            self.confirmed = if best == Arm::On { self.cfg.explore_every.max(1) } else { 1 };
         }
         let explored = self.best.is_some_and(|b| self.arm != b);
         if explored {
