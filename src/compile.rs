@@ -2,7 +2,8 @@
 //! on, index them by literal and shape context, measure coverage on held-out prompts, build the pack.
 
 use crate::align::{coverage, AlignConfig, BuildConfig, Recipes};
-use crate::draft::control::{BetaModel, DEFAULT_BETA_PRIOR, INVARIANT_DRAFT};
+use crate::draft::beta::{BetaModel, DEFAULT_BETA_PRIOR};
+use crate::draft::step::INVARIANT_DRAFT;
 use crate::draft::{Drafter, DrafterConfig, Miss};
 use crate::replay::{replay, Recorded};
 use crate::vocab::drafter_texts;

@@ -8,13 +8,15 @@
 //! target kept). Time is passed in as monotonic nanoseconds, so tests never sleep.
 //!
 //! Rooms: `config` (tuning), `seq` (what is kept per sequence), `chain` (the tokens one draft proposes and
-//! the evidence of each), `control` (break-even: β, acceptance, the best length), `step` (which sequences
+//! the evidence of each), `control` (break-even: the best length), `beta` (what a verify step costs, measured),
+//! `rates` (how often drafts are kept), `mean` (the running mean both clocks keep), `step` (which sequences
 //! share the server's step, and the forward passes llama.cpp makes of it), `gate` (whether drafting pays at
 //! all, measured), `probe` (how much a draft model may add, and when one that does not pay is asked again),
 //! `miss` (positions the next compile could learn); evidence comes from `context` (the request's copies),
 //! `enumeration` and `syntax` (the prompt's lists, the answer's places), `prediction` (the request's predicted
 //! output), [`crate::live`] (what the target answered earlier, learned while serving) and `model` (a draft model).
 
+pub mod beta;
 mod chain;
 pub mod class;
 mod config;
@@ -22,11 +24,13 @@ pub mod context;
 pub mod control;
 pub mod enumeration;
 pub mod gate;
+mod mean;
 mod miss;
 pub mod onepass;
 pub mod model;
 mod prediction;
 mod probe;
+mod rates;
 pub mod rewrite;
 mod seq;
 pub mod stats;
@@ -40,13 +44,15 @@ use crate::live::file::Learned;
 use crate::live::Live;
 use chain::{build_chain, estimate, Lookups};
 use class::{Class, Source, N_CLASSES};
-use control::{best_length, Acceptance, BetaModel, Rates, Verify, MAX_DRAFT};
+use beta::BetaModel;
+use control::{best_length, Verify};
+use rates::{Acceptance, Rates};
 use gate::{Arm, Clock, Gate};
 use miss::Pending;
 use prediction::Coda;
 use probe::ModelProbes;
 use seq::Seq;
-use step::Rounds;
+use step::{Rounds, MAX_DRAFT};
 use syntax::TokenTexts;
 
 pub use chain::{copied_token, next_key};
@@ -542,7 +548,7 @@ impl Drafter {
 
 #[cfg(test)]
 mod tests {
-    use super::control::DEFAULT_BETA_PRIOR;
+    use super::beta::DEFAULT_BETA_PRIOR;
     use super::gate::GateConfig;
     use super::step::Layout;
     use super::*;

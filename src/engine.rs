@@ -131,7 +131,7 @@ impl Default for EngineConfig {
     fn default() -> Self {
         EngineConfig {
             n_seq: 1,
-            n_max: crate::draft::control::INVARIANT_DRAFT,
+            n_max: crate::draft::step::INVARIANT_DRAFT,
             adaptive: true,
             shared_gain: DrafterConfig::default().shared_min_gain,
             shared_sure: DrafterConfig::default().shared_sure,
@@ -192,7 +192,7 @@ fn in_cache(model_path: &Path, dir: &str, ext: &str) -> PathBuf {
 impl EngineConfig {
     /// The longest draft the engine ever proposes, whatever the host allows.
     pub fn n_max_cap(&self) -> usize {
-        crate::draft::control::INVARIANT_DRAFT
+        crate::draft::step::INVARIANT_DRAFT
     }
 
     /// Parses `--spec-plugin-arg`: comma-separated `key=value` (`pack=PATH|off`, `misslog=PATH|off`, `misslog_cap=BYTES`,

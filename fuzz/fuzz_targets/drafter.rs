@@ -47,7 +47,7 @@ fuzz_target!(|data: &[u8]| {
                     h.clone()
                 });
                 let n = d.propose(at(seq), h.as_deref().unwrap_or(&produced), id_last, n_max, now, &mut out);
-                assert!(n == out.len() && n <= n_max && n <= kolm_rsd::draft::control::INVARIANT_DRAFT);
+                assert!(n == out.len() && n <= n_max && n <= kolm_rsd::draft::step::INVARIANT_DRAFT);
                 d.end_propose(at(seq), now);
                 if let Some(h) = history.get_mut(at(seq)) {
                     h.push(id_last);

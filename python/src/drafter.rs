@@ -14,7 +14,7 @@ use std::ops::RangeInclusive;
 use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard};
 
-const MAX_DRAFT: usize = kolm_rsd::draft::control::INVARIANT_DRAFT;
+const MAX_DRAFT: usize = kolm_rsd::draft::step::INVARIANT_DRAFT;
 
 /// `value` if given and within `range`, else `default` when not given, else a ValueError naming both.
 fn in_range<T: PartialOrd + std::fmt::Display>(name: &str, value: Option<T>, default: T, range: &RangeInclusive<T>) -> PyResult<T> {

@@ -23,6 +23,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(pack::pack_beside, m)?)?;
     m.add_function(wrap_pyfunction!(pack::default_miss_log, m)?)?;
     m.add_function(wrap_pyfunction!(vocab::gguf_vocab, m)?)?;
-    m.add("MAX_DRAFT", kolm_rsd::draft::control::INVARIANT_DRAFT)?;
+    m.add("MAX_DRAFT", kolm_rsd::draft::step::INVARIANT_DRAFT)?;
     Ok(())
 }

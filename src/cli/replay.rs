@@ -2,7 +2,8 @@
 //! verify cost, vLLM's on this CPU and free verification as the clock (src/replay.rs says why).
 
 use super::CliResult;
-use kolm_rsd::draft::control::{BetaModel, DEFAULT_BETA_PRIOR, INVARIANT_DRAFT};
+use kolm_rsd::draft::beta::{BetaModel, DEFAULT_BETA_PRIOR};
+use kolm_rsd::draft::step::INVARIANT_DRAFT;
 use kolm_rsd::draft::syntax::TokenTexts;
 use kolm_rsd::draft::step::Layout;
 use kolm_rsd::draft::{Context, Drafter, DrafterConfig};

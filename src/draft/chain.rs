@@ -4,7 +4,8 @@
 use super::class::{Class, N_CLASSES};
 use super::config::{Context, DrafterConfig};
 use super::context::{ContextIndex, Copy, MAX_MATCH};
-use super::control::{may_pay_more, Rates, Verify};
+use super::control::{may_pay_more, Verify};
+use super::rates::Rates;
 use super::enumeration::Enumerations;
 use super::rewrite::{Rewrites, Rule, Text};
 use super::seq::Seq;

@@ -1,7 +1,8 @@
 //! What the drafter is tuned by; `Default` is what the plugin uses.
 
 use super::class::{DEFAULT_PRIOR, N_CLASSES};
-use super::control::{DEFAULT_BETA_PRIOR, INVARIANT_DRAFT};
+use super::beta::DEFAULT_BETA_PRIOR;
+use super::step::INVARIANT_DRAFT;
 use super::step::Layout;
 use super::gate::GateConfig;
 use crate::index::{Hit, Index};

@@ -56,7 +56,7 @@
 //! replaces it rather than nudging it: blended in at the running weight, one unlucky first window of drafting
 //! kept drafting off for hundreds of windows (the demo's pack ran 1.01× in one run and 1.29× in the next).
 
-use super::control::clipped_average;
+use super::mean::clipped_average;
 
 /// Tuning of the gate.
 #[derive(Clone, Debug)]

@@ -6,7 +6,7 @@
 //! step (docs/vllm.md). Judged by llama-server's table, a token drafted beside five other rows cost 10% of the
 //! step and a seventeenth token a second call, and kolm-rsd drafted a quarter of what suffix decoding did at 8
 //! clients. So a step of several rows is fitted as `level(rows) + slope · drafted`: a level per row count, one
-//! slope for all. (A row alone keeps [`super::control::BetaModel`]'s table, which follows the bumps of one
+//! slope for all. (A row alone keeps [`super::beta::BetaModel`]'s table, which follows the bumps of one
 //! row's cost by length.)
 
 /// A drafted token's cost before any measurement, as a share of a one-row step (vLLM measured 0.02–0.04).

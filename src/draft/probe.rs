@@ -3,7 +3,8 @@
 //! model's calls and a catch-up pass, so the interval doubles while it keeps losing).
 
 use super::config::DrafterConfig;
-use super::control::{best_length, Verify, MAX_DRAFT};
+use super::control::{best_length, Verify};
+use super::step::MAX_DRAFT;
 
 /// The probe schedule of one drafter's draft model.
 pub(super) struct ModelProbes {
@@ -65,7 +66,7 @@ impl ModelProbes {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::draft::control::BetaModel;
+    use crate::draft::beta::BetaModel;
 
     fn cfg() -> DrafterConfig {
         DrafterConfig { model_probe_min: 2, model_probe_max: 8, probe_len: 3, ..DrafterConfig::default() }

@@ -2,7 +2,7 @@
 
 use super::class::{Class, N_CLASSES};
 use super::context::ContextIndex;
-use super::control::{Acceptance, Rates};
+use super::rates::{Acceptance, Rates};
 use super::enumeration::Enumerations;
 use super::miss::Pending;
 use super::prediction::Prediction;

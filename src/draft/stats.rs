@@ -1,6 +1,6 @@
 //! Counters the FFI copies out: plain data, `repr(C)`, no pointers.
 
-use super::control::MAX_DRAFT;
+use super::step::MAX_DRAFT;
 
 /// Counters for one sequence, or summed over all of them.
 #[repr(C)]

@@ -11,6 +11,14 @@
 /// Most tokens one decode call takes under strict batching (`GGML_CPU_BATCH_INVARIANT_MAX`).
 pub const CALL_MAX: usize = 16;
 
+/// Size of the per-length tables (β, acceptance per position, the counters' β).
+pub const MAX_DRAFT: usize = 16;
+
+/// Longest draft proposed: one verify pass of this many drafted tokens plus the sampled one stays within
+/// the batch size that patch 0002 computes exactly like single-token decoding (`GGML_CPU_BATCH_INVARIANT_MAX`,
+/// default 16), so output stays byte-identical to plain decoding.
+pub const INVARIANT_DRAFT: usize = CALL_MAX - 1;
+
 /// How llama.cpp cuts a decode call into forward passes: one pass per run of consecutive slots with equal
 /// tokens (`split_equal`: a KV stream per slot, as with an explicit `-np`, on a llama.cpp without patch 0014 or
 /// with `LLAMA_KV_RAGGED_MAX=0`) or the whole call as one pass (`Unified`: patch 0014's ragged ubatch with a
