@@ -198,7 +198,7 @@ impl Drop for SubsetHead {
 }
 
 impl SubsetHead {
-    /// Copies rows `ids` (in that order: row i of the subset is token ids[i]) of the head of the GGUF at
+    /// Copies rows `ids` (in that order: row i of the subset is token `ids[i]`) of the head of the GGUF at
     /// `path` onto the backend, in their quantized type.
     pub fn from_gguf(path: &Path, ids: &[u32], opts: &HeadOptions) -> Result<SubsetHead, HeadError> {
         let info = HeadInfo::open(path)?;

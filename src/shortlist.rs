@@ -486,7 +486,7 @@ impl Coverage {
         self.worst.len()
     }
 
-    /// Share of positions whose top-k (k = COVERAGE_KS[j]) lies in the first `n` ids.
+    /// Share of positions whose top-k (k = `COVERAGE_KS[j]`) lies in the first `n` ids.
     pub fn share(&self, n: usize, j: usize) -> f64 {
         if self.worst.is_empty() {
             return 0.0;

@@ -2,7 +2,7 @@
 //! same request stream from N concurrent clients (the workloads' prompts interleaved, structured and prose by
 //! default, a quarter of them streamed), on a fresh llama-server each; aggregate tokens per second against plain
 //! llama-server at that slot count, p50/p99 time to last token, and every completed answer held byte for byte to
-//! the prompt served alone without speculation. The prompts are held out from the pack ([`workload::split`]).
+//! the prompt served alone without speculation. The prompts are held out from the pack ([`crate::workload::split`]).
 
 use super::load_ceiling::{self, LoadCeiling, LoadCosts};
 use super::paired::{paired, Paired};

@@ -2,7 +2,7 @@
 //!
 //! For each model and workload: the workload's held-out prompts are served (the training prompts are what the
 //! recipe pack and ngram-cache's lookup caches are made from — the same material for both), by one fresh
-//! llama-server per configuration, round by round ([`run`]); every output is checked byte for byte against no
+//! llama-server per configuration, round by round ([`run()`]); every output is checked byte for byte against no
 //! speculation; β is measured with the bindings and the ceiling S = E(α,γ)/(β(γ+1)+γ·d) set beside each
 //! measured speedup ([`ceiling`]); the result is a markdown table, JSON with every raw number and PNG charts
 //! ([`report`]). [`load`] is the other mode: many clients at once, at several slot counts; [`compile`] sets the
@@ -192,7 +192,7 @@ fn safe(s: &str) -> String {
     s.chars().map(|c| if c.is_ascii_alphanumeric() || c == '.' || c == '-' { c } else { '_' }).collect()
 }
 
-/// Runs the benchmark. `packs` makes recipe packs (e.g. [`prep::cli_pack_builder`]); without it the pack
+/// Runs the benchmark. `packs` makes recipe packs (e.g. [`prep::compile_pack_builder`]); without it the pack
 /// configurations are skipped. Mismatches are in the report (the caller decides what they mean for its exit).
 pub fn run(opts: &BenchOptions, packs: Option<&PackBuilder>, obs: &dyn Observer) -> Result<BenchReport, BenchError> {
     let t_start = Instant::now();

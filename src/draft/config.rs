@@ -24,7 +24,7 @@ pub enum Context {
 pub struct DrafterConfig {
     /// Number of sequences (slots), ids `0..n_seq`.
     pub n_seq: usize,
-    /// Upper bound on draft length, whatever the caller allows (≤ [`MAX_DRAFT`]).
+    /// Upper bound on draft length, whatever the caller allows (≤ [`super::step::MAX_DRAFT`]).
     pub max_draft: usize,
     /// A pack hit is used only if count/total reaches this.
     pub min_confidence: f32,
@@ -40,7 +40,7 @@ pub struct DrafterConfig {
     /// A sequence that drafted this many steps in a row takes one plain step, so the cost of a
     /// plain step (the unit of β) stays measured even when every step could draft.
     pub calibrate_every: u32,
-    /// Acceptance assumed per [`Class`] of evidence before any measurement.
+    /// Acceptance assumed per [`Class`](super::class::Class) of evidence before any measurement.
     pub class_prior: [f32; N_CLASSES],
     /// Decay of a sequence's acceptance counts per observation (0.9 ≈ the last 10 tokens) …
     pub alpha_decay: f32,

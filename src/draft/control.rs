@@ -5,7 +5,7 @@
 //! accepted given the ones before it were. The drafter picks γ maximising E(γ) / (β(γ+1) + d);
 //! γ = 0 (score 1) means drafting does not pay. d is the drafter's own cost: zero for pack and n-gram
 //! lookups, one draft-model step (measured) for each token a draft model proposes. β is [`super::beta`]'s,
-//! the acceptance [`super::rates`]'.
+//! the acceptance `rates`'.
 
 use super::beta::BetaModel;
 use super::step::{Shared, MAX_DRAFT};

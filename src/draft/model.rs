@@ -19,7 +19,7 @@ pub struct ModelDraftConfig {
     pub shortlist: Option<PathBuf>,
     /// Score the full head when the subset's top-1 − top-2 logit margin is below this (0 = never).
     pub margin: f32,
-    /// Also score the ids of the request's own text that the shortlist lacks (see [`RequestRows`]).
+    /// Also score the ids of the request's own text that the shortlist lacks (see `RequestRows`).
     pub request_rows: bool,
     pub n_seq: usize,
     /// KV cells shared by all sequences (the target's context size is enough).

@@ -12,7 +12,7 @@ pub struct TensorInfo {
     /// ggml type id (`ggml_type`), and its name (e.g. "q4_K").
     pub ggml_type: u32,
     pub type_name: String,
-    /// Dimensions, innermost first (ne[0] = row length).
+    /// Dimensions, innermost first (`ne[0]` = row length).
     pub shape: Vec<i64>,
     /// Absolute byte offset of the data in the file.
     pub offset: u64,
