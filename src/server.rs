@@ -113,6 +113,8 @@ pub struct Server {
     child: Child,
     port: u16,
     log: PathBuf,
+    /// Reaped already (stopped, or killed on purpose): nothing left to do or to report on drop.
+    reaped: bool,
 }
 
 impl Drop for Server {
@@ -154,8 +156,12 @@ impl Server {
             }
         }
         let child = cmd.spawn().map_err(|e| ServerError::Start(format!("{}: {e}", llama_server_path().display())))?;
-        let mut server = Server { child, port, log: opts.log.clone() };
-        server.wait_ready(Duration::from_secs(180))?;
+        let mut server = Server { child, port, log: opts.log.clone(), reaped: false };
+        if let Err(e) = server.wait_ready(Duration::from_secs(180)) {
+            // The error carries the log's tail; a server that never served has nothing to save.
+            server.kill_hard();
+            return Err(e);
+        }
         Ok(server)
     }
 
@@ -165,19 +171,31 @@ impl Server {
         self.shutdown();
     }
 
+    /// A server that had died, or that SIGTERM did not stop, is said on stderr with its log: the plugin's summary
+    /// and what it saves at exit are then missing, and a test that reads them should say why.
     fn shutdown(&mut self) {
-        if let Ok(Some(_)) = self.child.try_wait() {
+        if std::mem::replace(&mut self.reaped, true) {
+            return;
+        }
+        if let Ok(Some(status)) = self.child.try_wait() {
+            if !status.success() {
+                eprintln!("llama-server (pid {}) had already ended: {status}; log {}", self.child.id(), self.log.display());
+            }
             return;
         }
         // SAFETY: kill(2) on our own child's pid, which has not been reaped yet (try_wait said so).
         unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
         let t0 = Instant::now();
         while t0.elapsed() < Duration::from_secs(10) {
-            if let Ok(Some(_)) = self.child.try_wait() {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                if !status.success() {
+                    eprintln!("llama-server (pid {}) ended on SIGTERM with {status}; log {}", self.child.id(), self.log.display());
+                }
                 return;
             }
             std::thread::sleep(Duration::from_millis(50));
         }
+        eprintln!("llama-server (pid {}) did not end within 10 s of SIGTERM: killed; log {}", self.child.id(), self.log.display());
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -205,6 +223,7 @@ impl Server {
     pub fn kill_hard(mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        self.reaped = true;
     }
 
     fn url(&self, path: &str) -> String {

@@ -102,9 +102,16 @@ pub fn small_pack() -> PathBuf {
     path
 }
 
-/// The plugin's shutdown summary line from a llama-server log (needs a graceful stop).
+/// The plugin's shutdown summary line from a llama-server log (needs a graceful stop); a log without one fails
+/// the test with the log's last lines, which say how the server ended.
 pub fn plugin_summary(log: &Path) -> String {
-    kolm_rsd::server::plugin_summary(log)
+    let summary = kolm_rsd::server::plugin_summary(log);
+    if summary.is_empty() {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        panic!("no kolm-rsd summary in {}; its last lines:\n{}", log.display(), lines[lines.len().saturating_sub(12)..].join("\n"));
+    }
+    summary
 }
 
 /// A number that follows `key` in the summary line (e.g. "pack hits ").
