@@ -329,7 +329,8 @@ fn free_port() -> std::io::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
-fn log_tail(path: &Path) -> String {
+/// The last lines of a server log, for error messages.
+pub fn log_tail(path: &Path) -> String {
     let mut s = String::new();
     if let Ok(mut f) = std::fs::File::open(path) {
         let _ = f.read_to_string(&mut s);

@@ -2,8 +2,7 @@
 
 use super::class::{DEFAULT_PRIOR, N_CLASSES};
 use super::beta::DEFAULT_BETA_PRIOR;
-use super::step::INVARIANT_DRAFT;
-use super::step::Layout;
+use super::step::{Layout, INVARIANT_DRAFT};
 use super::gate::GateConfig;
 use crate::index::{Hit, Index};
 

@@ -107,9 +107,7 @@ pub fn small_pack() -> PathBuf {
 pub fn plugin_summary(log: &Path) -> String {
     let summary = kolm_rsd::server::plugin_summary(log);
     if summary.is_empty() {
-        let text = std::fs::read_to_string(log).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        panic!("no kolm-rsd summary in {}; its last lines:\n{}", log.display(), lines[lines.len().saturating_sub(12)..].join("\n"));
+        panic!("no kolm-rsd summary in {}; its last lines:\n{}", log.display(), kolm_rsd::server::log_tail(log));
     }
     summary
 }
