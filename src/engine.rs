@@ -195,6 +195,22 @@ impl EngineConfig {
         crate::draft::step::INVARIANT_DRAFT
     }
 
+    /// The drafter's settings these make: what the plugin drafts with, and what `kolm-rsd replay --slots` replays.
+    pub fn drafter_config(&self) -> DrafterConfig {
+        DrafterConfig {
+            n_seq: self.n_seq,
+            max_draft: self.n_max.min(self.n_max_cap()),
+            adaptive: self.adaptive,
+            shared_min_gain: self.shared_gain,
+            shared_sure: self.shared_sure,
+            shared_fair: self.shared_fair,
+            layout: self.layout,
+            context: self.context,
+            gate: self.gate.then_some(GateConfig { clock: self.gate_clock, min_steps: self.gate_steps, ..GateConfig::default() }),
+            ..DrafterConfig::default()
+        }
+    }
+
     /// Parses `--spec-plugin-arg`: comma-separated `key=value` (`pack=PATH|off`, `misslog=PATH|off`, `misslog_cap=BYTES`,
     /// `adaptive=0|1`, `shared_gain=F`, `shared_sure=P`, `shared_fair=R`, `gate=auto|wall|steps|off`, `gate_steps=N`, `kv=auto|split|unified`, `context=0|1|answer`, `nmax=N`, `draft=GGUF`, `shortlist=PATH|full`, `margin=F`, `request_rows=0|1`,
     /// `head_dev=cpu|best`, `live=PATH|mem|off`, `live_cap=ENTRIES`, `steplog=PATH`); a bare value is the pack path. Without `pack=`,
@@ -435,19 +451,7 @@ impl Engine {
     ) -> Engine {
         let (source, head_backend) = source.unzip();
         let pack = cfg.pack.clone().zip(index.as_ref().map(Index::len));
-        let dcfg = DrafterConfig {
-            n_seq: cfg.n_seq,
-            max_draft: cfg.n_max.min(cfg.n_max_cap()),
-            adaptive: cfg.adaptive,
-            shared_min_gain: cfg.shared_gain,
-            shared_sure: cfg.shared_sure,
-            shared_fair: cfg.shared_fair,
-            layout: cfg.layout,
-            context: cfg.context,
-            gate: cfg.gate.then_some(GateConfig { clock: cfg.gate_clock, min_steps: cfg.gate_steps, ..GateConfig::default() }),
-            ..DrafterConfig::default()
-        };
-        let mut drafter = Drafter::new(index, dcfg).with_texts(texts);
+        let mut drafter = Drafter::new(index, cfg.drafter_config()).with_texts(texts);
         let mut keeper = None;
         if cfg.live != LiveChoice::Off {
             let mut table = Live::new(LiveConfig { capacity: cfg.live_cap, ..LiveConfig::default() }, Some(shapes));

@@ -16,7 +16,7 @@ use crate::index::Index;
 mod batched;
 mod ngram_simple;
 mod recordings;
-pub use batched::{replay_batched, replay_batched_traced, Batched, Oracle};
+pub use batched::{replay_batched, replay_batched_traced, Batched, Oracle, Served, Serving};
 pub use ngram_simple::NgramSimple;
 pub use recordings::{model_key, Recordings};
 

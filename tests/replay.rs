@@ -132,3 +132,39 @@ fn several_clients_are_replayed_beside_their_oracle_and_traced() {
     let summary = stdout.lines().find(|l| l.starts_with("trace of the 2 clients row")).unwrap_or_else(|| panic!("{stdout}"));
     assert!(summary.contains(&format!("({} steps)", steps.len())), "{summary}");
 }
+
+#[test]
+fn slots_are_served_to_clients_with_the_plugin_s_settings_beside_their_oracle() {
+    let model = common::smol();
+    let base = ["--model", model.to_str().unwrap(), "--pack", "off", "--workload", "code-edit", "--prompts", "3", "--tokens", "48"];
+    let args = ["--slots", "2", "--load-clients", "3", "--plugin-arg", "shared_sure=0,shared_fair=0", "--plugin-arg", "gate=off"];
+    let out = replay(&[&base[..], &args[..]].concat());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("| llama-server, strict calls, 3 clients |"), "{stdout}");
+    let rows: Vec<Vec<String>> = stdout
+        .lines()
+        .skip_while(|l| !l.starts_with("| llama-server"))
+        .filter(|l| l.starts_with("| -np 2") || l.starts_with("| … oracle"))
+        .map(|l| l.split('|').map(|c| c.trim().to_string()).collect())
+        .collect();
+    assert_eq!(rows.len(), 3, "one row per plugin argument and the oracle: {stdout}");
+    assert!(rows[0][1].ends_with("`shared_sure=0,shared_fair=0`") && rows[1][1].ends_with("`gate=off`"), "{rows:?}");
+    let num = |r: &[String], i: usize| r[i].parse::<f64>().unwrap_or_else(|_| panic!("{r:?}"));
+    // speedup, generation, p50 × plain, p99 × plain, steps, drafted, accepted
+    for r in &rows {
+        assert!((2..=5).all(|i| num(r, i) > 0.0) && num(r, 8) <= num(r, 7), "{r:?}");
+    }
+    let oracle = &rows[2];
+    assert_eq!(num(oracle, 7), num(oracle, 8), "{oracle:?}");
+    assert!(rows[..2].iter().all(|r| num(oracle, 6) <= num(r, 6)), "the oracle takes the fewest steps: {rows:?}");
+    assert!(num(&rows[0], 7) > 0.0, "code edits copy their code: {rows:?}");
+
+    // A plugin argument the plugin would refuse is refused before anything is recorded, with the key and the reason.
+    let out = replay(&[&base[..], &["--slots", "2", "--plugin-arg", "shared_sure=2"]].concat());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("shared_sure=2 is not a number in 0..=1"), "{err}");
+    assert!(!err.contains("recording"), "{err}");
+    let out = replay(&[&base[..], &["--plugin-arg", "gate=off"]].concat());
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("--slots"), "{}", String::from_utf8_lossy(&out.stderr));
+}

@@ -92,6 +92,40 @@ impl LoadCosts {
     }
 }
 
+/// A step of `shape` (`shape[j]`: tokens slot j verifies, 0 for none) priced as the sum of its passes under
+/// `layout`, each at `single[n - 1]`, the measured time of one slot alone verifying n tokens.
+pub fn priced(single: &[f64], shape: &[usize], layout: Layout) -> f64 {
+    let mut ms = 0.0;
+    passes(shape.len(), |j| shape[j], layout, |n| ms += single[n.min(single.len()) - 1]);
+    ms
+}
+
+/// What a server's steps cost at some slot count, measured: enough to price any step ([`priced`]) and its prompt.
+#[derive(Clone, Debug)]
+pub struct CallCosts {
+    /// `single_ms[n - 1]`: median time of one slot alone verifying n tokens, n = 1..=[`CALL_MAX`].
+    pub single_ms: Vec<f64>,
+    /// (tokens, median ms) of one prompt decoded alone.
+    pub prompt: (usize, f64),
+}
+
+impl CallCosts {
+    /// Time to decode a prompt of `n` tokens, at the measured prompt's rate.
+    pub fn prompt_ms(&self, n: usize) -> f64 {
+        self.prompt.1 * n as f64 / self.prompt.0.max(1) as f64
+    }
+}
+
+/// Measures [`CallCosts`] in a context of `slots` KV streams as llama-server's, each slot holding `n_past` tokens,
+/// with a prompt of `prompt` tokens.
+pub fn call_costs(model: &Model, slots: usize, threads: i32, n_past: usize, prompt: usize, reps: usize) -> Result<CallCosts, LlamaError> {
+    let shapes: Vec<Vec<usize>> = (1..=CALL_MAX).map(|n| vec![n]).collect();
+    let mut steps = Steps::new(model, slots, threads, n_past, CALL_MAX, prompt)?;
+    let single_ms = steps.time(&shapes, reps)?;
+    let prompt = (prompt, steps.prefill(prompt, reps)?);
+    Ok(CallCosts { single_ms, prompt })
+}
+
 /// Measures [`LoadCosts`] for `slots` sequences on `model` with `threads` threads (0: one per core). Every
 /// slot first holds `n_past` tokens; each timed step decodes k tokens in every slot (logits at every
 /// position, as verification asks) in the calls strict batching makes ([`Steps::time`]); so are one slot alone
@@ -108,15 +142,15 @@ pub fn measure(model: &Model, slots: usize, threads: i32, n_past: usize, max_pro
     let (step_ms, rest) = t.split_at(CALL_MAX);
     let (single, measured) = rest.split_at(CALL_MAX);
     let step_ms = step_ms.to_vec();
-    let price = |shape: &[usize], layout| {
-        let mut ms = 0.0;
-        passes(shape.len(), |j| shape[j], layout, |n| ms += single[n.min(CALL_MAX) - 1]);
-        ms
-    };
     let uneven = uneven_shapes
         .iter()
         .zip(measured)
-        .map(|(shape, &ms)| UnevenStep { passes_ms: price(shape, Layout::Split), calls_ms: price(shape, Layout::Unified), shape: shape.clone(), ms })
+        .map(|(shape, &ms)| UnevenStep {
+            passes_ms: priced(single, shape, Layout::Split),
+            calls_ms: priced(single, shape, Layout::Unified),
+            shape: shape.clone(),
+            ms,
+        })
         .collect();
     let mut prefill_ms = Vec::new();
     let mut n = 32;

@@ -8,11 +8,13 @@ use kolm_rsd::draft::syntax::TokenTexts;
 use kolm_rsd::draft::step::Layout;
 use kolm_rsd::draft::{Context, Drafter, DrafterConfig};
 use kolm_rsd::llama::{Model, ModelOptions};
-use kolm_rsd::replay::{model_key, oracle, replay, replay_batched, replay_batched_traced, replay_traced, right_proposals, right_run, NgramSimple, Oracle, Recorded, Recordings, Replayed, Step};
+use kolm_rsd::quantile::quantile;
+use kolm_rsd::replay::{model_key, oracle, replay, replay_batched, replay_batched_traced, replay_traced, right_proposals, right_run, NgramSimple, Oracle, Recorded, Recordings, Replayed, Served, Serving, Step};
 use kolm_rsd::live::{Live, LiveConfig};
 use kolm_rsd::pack::MAX_N;
 use kolm_rsd::shape::ShapeTable;
 use kolm_rsd::teacher::Teacher;
+use kolm_rsd::bench::load_ceiling;
 use kolm_rsd::{compile, engine, vocab, workload};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -66,6 +68,21 @@ pub struct ReplayArgs {
     /// logs at eight clients, Qwen2.5-Coder-0.5B on this CPU); repeat the flag for one row each.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(2..=256))]
     clients: Vec<u16>,
+    /// Also serve the prompts as llama-server does with this many slots (`-np N`) to `--load-clients` clients: a
+    /// step is the calls strict batching makes of every slot's tokens, each priced by the time of one slot verifying
+    /// as many, plus the prompts begun in it, all measured for the model on this CPU before the rows; the drafter
+    /// set up as the plugin sets it up; repeat the flag for one row each.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(2..=64))]
+    slots: Vec<u16>,
+    /// Clients of the `--slots` rows, each sending its next request when its last one ends (`bench --load`'s
+    /// default).
+    #[arg(long, value_name = "N", default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..))]
+    load_clients: u16,
+    /// The plugin's `--spec-plugin-arg` for the `--slots` rows (its drafter's keys: shared_gain, shared_sure,
+    /// shared_fair, gate, gate_steps, kv, adaptive, nmax; the pack and the request's own text are this command's),
+    /// e.g. `shared_sure=0.8`; repeat the flag for one row each (without it: one row as the plugin's defaults).
+    #[arg(long, value_name = "ARG", requires = "slots")]
+    plugin_arg: Vec<String>,
 }
 
 /// The greedy continuations of `prompts` and `warm`: from `--recordings` where it has them, recorded otherwise (and
@@ -101,6 +118,8 @@ fn context_lengths(v: &str) -> Result<(usize, usize), String> {
 pub fn run(a: &ReplayArgs) -> CliResult {
     // Before the recording, which takes minutes: a trace that cannot be written fails at once.
     let mut trace = a.trace.as_deref().map(Trace::create).transpose()?;
+    let plugin_args: Vec<&str> = if a.plugin_arg.is_empty() { vec![""] } else { a.plugin_arg.iter().map(String::as_str).collect() };
+    let plugin = plugin_args.iter().map(|&arg| Ok((arg, engine::EngineConfig::from_plugin_arg(arg, "")?))).collect::<Result<Vec<_>, engine::EngineError>>()?;
     let model = Model::load(&a.model, &ModelOptions::default())?;
     let pack = match a.pack.as_deref() {
         Some("off") => None,
@@ -179,7 +198,7 @@ pub fn run(a: &ReplayArgs) -> CliResult {
                 label += &format!(", live contexts up to {literal} literal / {shape} shape");
             }
             // The trace follows the batched rows' first when there are any: that is where their decisions differ.
-            match if a.clients.is_empty() { trace.take() } else { None } {
+            match if a.clients.is_empty() && a.slots.is_empty() { trace.take() } else { None } {
                 Some(mut t) => {
                     let right = right_proposals(index.as_ref(), Some(&texts), &cfg, &runs);
                     let r = replay_traced(&mut d, &runs, INVARIANT_DRAFT, beta, 1e6, |s| t.step(s, &runs, &right, &texts, beta));
@@ -205,53 +224,136 @@ pub fn run(a: &ReplayArgs) -> CliResult {
             o.accepted
         );
     }
+    let mut rows = Rows { runs: &runs, warm: &warm, index: index.as_ref(), texts: &texts, cfg: &cfg, lives: &lives, shapes: &shapes, trace, traced };
     if !a.clients.is_empty() {
         println!("\n| vLLM, one pass per step | speedup | steps | drafted | accepted | α |\n|---|---:|---:|---:|---:|---:|");
     }
     for &n in &a.clients {
         let n = usize::from(n);
-        let plain = replay_batched(None, &runs, n, INVARIANT_DRAFT, one_pass, 1e6);
-        for lengths in &lives {
-            // As the vLLM proposer drafts: its one pass per step and its shared-step rule.
-            let shared = DrafterConfig { n_seq: n, layout: Some(Layout::OnePass), ..cfg.clone() }.one_pass_shared();
-            let mut d = Drafter::new(index.clone(), shared).with_texts(texts.clone());
-            let mut label = format!("{n} clients");
-            if let Some((literal, shape)) = *lengths {
-                let lc = LiveConfig { max_n_literal: literal, max_n_shape: shape, ..LiveConfig::default() };
-                d = d.with_live(Live::new(lc, shapes.clone()));
-                replay(&mut d, &warm, INVARIANT_DRAFT, |m| one_pass(1, m - 1), 1e6);
-                label += &format!(", live contexts up to {literal} literal / {shape} shape");
-            }
-            let t = match trace.take() {
-                Some(mut tr) => {
-                    let right = right_proposals(index.as_ref(), Some(&texts), &cfg, &runs);
-                    let price = |m: usize| one_pass(n, m - 1);
-                    let t = replay_batched_traced(&mut d, &runs, n, INVARIANT_DRAFT, one_pass, 1e6, |s| tr.step(s, &runs, &right, &texts, &price));
-                    traced = Some(tr.finish(&label, t.cost)?);
-                    t
-                }
-                None => replay_batched(Some(&mut d), &runs, n, INVARIANT_DRAFT, one_pass, 1e6),
-            };
-            println!("| {label} | {:.3} | {} | {} | {} | {:.2} |", plain.cost / t.cost, t.passes, t.drafted, t.accepted, t.acceptance());
-        }
-        if !a.prediction {
-            let mut o = Oracle::new(&runs, right_proposals(index.as_ref(), Some(&texts), &cfg, &runs));
-            let t = replay_batched(Some(&mut o), &runs, n, INVARIANT_DRAFT, one_pass, 1e6);
-            println!("| … oracle: every run of right proposals drafted, nothing else | {:.3} | {} | {} | {} | 1.00 |", plain.cost / t.cost, t.passes, t.drafted, t.accepted);
+        // As the vLLM proposer drafts: its one pass per step and its shared-step rule.
+        let shared = DrafterConfig { n_seq: n, layout: Some(Layout::OnePass), ..cfg.clone() }.one_pass_shared();
+        rows.serve(&format!("{n} clients"), &[(String::new(), shared)], &Serving::steps(n, &one_pass, 1e6), !a.prediction)?;
+    }
+    if !a.slots.is_empty() {
+        println!(
+            "\n| llama-server, strict calls, {} clients | speedup | generation | p50 × plain | p99 × plain | steps | drafted | accepted | α |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+            a.load_clients
+        );
+        for &n in &a.slots {
+            let n = usize::from(n);
+            // Calls priced at a slot's mean depth, the recordings' halfway point, and a prompt of the mean length.
+            let mean = |f: &dyn Fn(&Recorded) -> usize| runs.iter().map(f).sum::<usize>() / runs.len().max(1);
+            let (n_past, prompt) = (mean(&|r| r.prompt.len() + r.output.len() / 2), mean(&|r| r.prompt.len()));
+            let costs = load_ceiling::call_costs(&model, n, 0, n_past, prompt.max(1), 9)?;
+            let single = &costs.single_ms;
+            let step = |shape: &[usize]| load_ceiling::priced(single, shape, Layout::Unified) / single[0];
+            let prompt_cost = |len: usize| costs.prompt_ms(len) / single[0];
+            let serving = Serving { slots: n, clients: usize::from(a.load_clients), step: &step, prompt: &prompt_cost, unit_ns: single[0] * 1e6 };
+            let setups: Vec<(String, DrafterConfig)> = plugin
+                .iter()
+                .map(|(arg, e)| {
+                    let label = if arg.is_empty() { String::new() } else { format!(", `{arg}`") };
+                    (label, engine::EngineConfig { n_seq: n, context, ..e.clone() }.drafter_config())
+                })
+                .collect();
+            let label = format!(
+                "-np {n} (one slot verifying 1, 2, 8, 16 tokens: {:.1}, {:.1}, {:.1}, {:.1} ms; a prompt of {} tokens {:.0} ms)",
+                single[0], single[1], single[7], single[15], costs.prompt.0, costs.prompt.1
+            );
+            rows.serve(&label, &setups, &serving, !a.prediction)?;
         }
     }
+    let traced = rows.traced;
     if let Some(summary) = traced {
         println!("\n{summary}");
     }
     Ok(())
 }
 
-/// β of one of vLLM's steps on this CPU: `rows` requests verifying `drafted` drafted tokens among them, in
-/// steps of one request with none. Fitted on the proposer's step logs at eight clients (docs/bench/2026-11-28-s33,
-/// -s35 and -s36, Qwen2.5-Coder-0.5B): 67–89 ms a step, 1.4–4.6 ms per request beyond the first, 4.1–6.1 ms a
-/// drafted token.
-fn one_pass(rows: usize, drafted: usize) -> f64 {
+/// β of one of vLLM's steps on this CPU: `shape[j]` the tokens request j verifies (0: none), in steps of one
+/// request with none. Fitted on the proposer's step logs at eight clients (docs/bench/2026-11-28-s33, -s35 and
+/// -s36, Qwen2.5-Coder-0.5B): 67–89 ms a step, 1.4–4.6 ms per request beyond the first, 4.1–6.1 ms a drafted token.
+fn one_pass(shape: &[usize]) -> f64 {
+    let rows = shape.iter().filter(|&&t| t > 0).count();
+    let drafted: usize = shape.iter().map(|t| t.saturating_sub(1)).sum();
     1.0 + 0.04 * rows.saturating_sub(1) as f64 + 0.07 * drafted as f64
+}
+
+/// What every row of concurrent requests replays: the recordings, the drafter's evidence, and the trace, which the
+/// first such row takes.
+struct Rows<'a, 'p> {
+    runs: &'a [Recorded],
+    warm: &'a [Recorded],
+    index: Option<&'a kolm_rsd::index::Index>,
+    texts: &'a TokenTexts,
+    cfg: &'a DrafterConfig,
+    lives: &'a [Option<(usize, usize)>],
+    shapes: &'a Option<ShapeTable>,
+    trace: Option<Trace<'p>>,
+    traced: Option<String>,
+}
+
+impl Rows<'_, '_> {
+    /// The recordings served as `serving` says: plain decoding, then a row per drafter setup (`(label, config)`) and
+    /// live index, then the oracle when `oracle`. Rows of llama-server's (clients of their own) also show the
+    /// generation steps' speed and the requests' times against plain's.
+    fn serve(&mut self, name: &str, setups: &[(String, DrafterConfig)], serving: &Serving, oracle: bool) -> Result<(), String> {
+        let plain = replay_batched(None, self.runs, INVARIANT_DRAFT, serving);
+        let n = serving.slots;
+        // A request alone verifying m tokens: the live index's warm-up and the trace's price of wasted tokens.
+        let alone = |m: usize| {
+            let mut shape = vec![0; n];
+            shape[0] = m;
+            (serving.step)(&shape)
+        };
+        let row = |label: &str, t: &Served, alpha: String| {
+            let (p, r) = (&plain.total, &t.total);
+            if serving.clients == 0 {
+                println!("| {label} | {:.3} | {} | {} | {} | {alpha} |", p.cost / r.cost, r.passes, r.drafted, r.accepted);
+            } else {
+                let q = |x: &Served, q: f64| quantile(&x.latency, q);
+                println!(
+                    "| {label} | {:.3} | {:.3} | {:.3} | {:.3} | {} | {} | {} | {alpha} |",
+                    p.cost / r.cost,
+                    (p.cost - plain.prompt_cost) / (r.cost - t.prompt_cost),
+                    q(t, 0.5) / q(&plain, 0.5),
+                    q(t, 0.99) / q(&plain, 0.99),
+                    r.passes,
+                    r.drafted,
+                    r.accepted
+                );
+            }
+        };
+        for (setup, dcfg) in setups {
+            for lengths in self.lives {
+                let mut d = Drafter::new(self.index.cloned(), dcfg.clone()).with_texts(self.texts.clone());
+                let mut label = format!("{name}{setup}");
+                if let Some((literal, shape)) = *lengths {
+                    let lc = LiveConfig { max_n_literal: literal, max_n_shape: shape, ..LiveConfig::default() };
+                    d = d.with_live(Live::new(lc, self.shapes.clone()));
+                    replay(&mut d, self.warm, INVARIANT_DRAFT, alone, serving.unit_ns);
+                    label += &format!(", live contexts up to {literal} literal / {shape} shape");
+                }
+                let t = match self.trace.take() {
+                    Some(mut tr) => {
+                        let right = right_proposals(self.index, Some(self.texts), self.cfg, self.runs);
+                        let (runs, texts) = (self.runs, self.texts);
+                        let t = replay_batched_traced(&mut d, runs, INVARIANT_DRAFT, serving, |s| tr.step(s, runs, &right, texts, &alone));
+                        self.traced = Some(tr.finish(&label, t.total.cost)?);
+                        t
+                    }
+                    None => replay_batched(Some(&mut d), self.runs, INVARIANT_DRAFT, serving),
+                };
+                row(&label, &t, format!("{:.2}", t.total.acceptance()));
+            }
+        }
+        if oracle {
+            let mut o = Oracle::new(self.runs, right_proposals(self.index, Some(self.texts), self.cfg, self.runs));
+            let t = replay_batched(Some(&mut o), self.runs, INVARIANT_DRAFT, serving);
+            row("… oracle: every run of right proposals drafted, nothing else", &t, "1.00".into());
+        }
+        Ok(())
+    }
 }
 
 /// Tokens' text (spaces and newlines as themselves, not the tokenizer's markers), quoted and escaped so that a

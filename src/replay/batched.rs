@@ -1,7 +1,8 @@
-//! Replay at several clients: recordings served as concurrent requests, each step one forward pass of every
-//! request's tokens, as vLLM runs it. One client at a time says nothing of what the drafter decides beside
-//! others (the step's price, the shared rates, the gate); served at eight clients a run costs a quarter of an
-//! hour and reads through ±7% noise, so this is where a change of the step control is A/B-tested first.
+//! Replay at several clients: recordings served as concurrent requests, a step priced from what each slot verifies
+//! in it (one forward pass of every request's tokens as vLLM runs it, or llama-server's strict calls). One client
+//! at a time says nothing of what the drafter decides beside others (the step's price, the shared rates, the gate);
+//! served at eight clients a run costs a quarter of an hour and reads through ±7% noise, so this is where a change
+//! of the step control is A/B-tested first.
 
 use super::{right_run, verify, Recorded, Replayed, Step};
 use crate::draft::{Drafter, Proposed};
@@ -74,45 +75,81 @@ impl Batched for Oracle<'_> {
     fn accept(&mut self, _seq: usize, _n: usize) {}
 }
 
-/// Serves `runs` to `d` (None: plain decoding; a drafter must have `clients` sequences) as `clients` requests at
-/// once, in recording order: a request that ends makes room for the next at the following step. A step of `rows` requests verifying `drafted`
-/// drafted tokens among them costs `step(rows, drafted)` plain one-request steps of `unit_ns` each on the
-/// drafter's clock. Returns the sum over all requests (`passes`: steps; `cost`: the clock in plain one-request
-/// steps); its speed against plain decoding is the ratio of the two runs' costs.
-pub fn replay_batched(
-    d: Option<&mut dyn Batched>,
-    runs: &[Recorded],
-    clients: usize,
-    n_max: usize,
-    step: impl Fn(usize, usize) -> f64,
-    unit_ns: f64,
-) -> Replayed {
-    replay_batched_with(d, runs, clients, n_max, step, unit_ns, None)
+/// How the replay's server runs: its slots, the clients that keep it busy and what its steps cost.
+#[derive(Clone, Copy)]
+pub struct Serving<'a> {
+    pub slots: usize,
+    /// Clients that each send their next request when the last one ends, as `kolm-rsd bench --load`'s do; a
+    /// request waits for a free slot. 0: every request is sent at once.
+    pub clients: usize,
+    /// A step's cost in units, `shape[j]` the tokens slot j verifies (0: none in it).
+    pub step: &'a dyn Fn(&[usize]) -> f64,
+    /// What decoding a request's prompt of n tokens adds to the step it begins in, in units.
+    pub prompt: &'a dyn Fn(usize) -> f64,
+    /// A unit on the drafter's clock.
+    pub unit_ns: f64,
+}
+
+impl Serving<'_> {
+    /// A step's cost only: prompts free, every request sent at once.
+    pub fn steps(slots: usize, step: &dyn Fn(&[usize]) -> f64, unit_ns: f64) -> Serving<'_> {
+        Serving { slots, clients: 0, step, prompt: &|_| 0.0, unit_ns }
+    }
+}
+
+/// A batched replay's sums, and each request's time from its sending to its last token (units), in recording order.
+#[derive(Clone, Debug, Default)]
+pub struct Served {
+    pub total: Replayed,
+    pub latency: Vec<f64>,
+    /// Units spent in steps that decoded a prompt.
+    pub prompt_cost: f64,
+}
+
+/// Serves `runs` to `d` (None: plain decoding; a drafter must have `s.slots` sequences) as `s` says, in recording
+/// order: a request that ends makes room for the next waiting one at the following step. `total.cost` is the clock
+/// in units, prompts included; its speed against plain decoding is the ratio of the two runs' costs.
+pub fn replay_batched(d: Option<&mut dyn Batched>, runs: &[Recorded], n_max: usize, s: &Serving) -> Served {
+    replay_batched_with(d, runs, n_max, s, None)
 }
 
 /// [`replay_batched`], showing `trace` every request's part of every step.
-pub fn replay_batched_traced(
-    d: &mut dyn Batched,
-    runs: &[Recorded],
-    clients: usize,
-    n_max: usize,
-    step: impl Fn(usize, usize) -> f64,
-    unit_ns: f64,
-    mut trace: impl FnMut(Step),
-) -> Replayed {
-    replay_batched_with(Some(d), runs, clients, n_max, step, unit_ns, Some(&mut trace))
+pub fn replay_batched_traced(d: &mut dyn Batched, runs: &[Recorded], n_max: usize, s: &Serving, mut trace: impl FnMut(Step)) -> Served {
+    replay_batched_with(Some(d), runs, n_max, s, Some(&mut trace))
+}
+
+/// When each request is sent: the first `clients` at once (all of them with 0 clients), each later one when a request
+/// ends, as a closed loop of clients sends them.
+struct Clients {
+    sent: Vec<Option<f64>>,
+    next: usize,
+}
+
+impl Clients {
+    fn new(requests: usize, clients: usize) -> Clients {
+        let first = if clients == 0 { requests } else { clients.min(requests) };
+        let mut sent = vec![None; requests];
+        sent[..first].iter_mut().for_each(|t| *t = Some(0.0));
+        Clients { sent, next: first }
+    }
+
+    /// When request `i` was sent, if it was.
+    fn sent(&self, i: usize) -> Option<f64> {
+        self.sent.get(i).copied().flatten()
+    }
+
+    /// Request `run` ended at `at`: its client sends the next request; returns the time it took from its sending.
+    fn ended(&mut self, run: usize, at: f64) -> f64 {
+        if let Some(t) = self.sent.get_mut(self.next) {
+            *t = Some(at);
+            self.next += 1;
+        }
+        at - self.sent(run).unwrap_or(0.0)
+    }
 }
 
 /// The batched replay loop; the chain behind each draft is read only when traced.
-fn replay_batched_with(
-    mut d: Option<&mut dyn Batched>,
-    runs: &[Recorded],
-    clients: usize,
-    n_max: usize,
-    step: impl Fn(usize, usize) -> f64,
-    unit_ns: f64,
-    mut trace: Option<&mut dyn FnMut(Step)>,
-) -> Replayed {
+fn replay_batched_with(mut d: Option<&mut dyn Batched>, runs: &[Recorded], n_max: usize, s: &Serving, mut trace: Option<&mut dyn FnMut(Step)>) -> Served {
     /// A request in flight: its recording, the history the drafter sees, the token just sampled, and how many
     /// of the recording's later tokens are decoded.
     struct InFlight {
@@ -122,46 +159,52 @@ fn replay_batched_with(
         done: usize,
         draft: Vec<i32>,
     }
-    let clients = clients.max(1);
-    let mut slots: Vec<Option<InFlight>> = (0..clients).map(|_| None).collect();
+    let slots_n = s.slots.max(1);
+    let mut slots: Vec<Option<InFlight>> = (0..slots_n).map(|_| None).collect();
+    let mut clients = Clients::new(runs.len(), s.clients);
     let mut next = 0;
-    let mut now = 0u64;
-    let mut total = Replayed::default();
+    let mut clock = 0.0f64;
+    let mut out = Served { latency: vec![0.0; runs.len()], ..Served::default() };
     loop {
-        // Free slots take the next recordings (one of a single token is answered by its prompt pass alone).
+        // Free slots take the next requests sent by now: their prompts are decoded in this step, beside the other
+        // slots' tokens, and they generate from the next.
+        let mut prompts = 0.0;
+        let mut begun = Vec::new();
         for (seq, slot) in slots.iter_mut().enumerate() {
-            while slot.is_none() && next < runs.len() {
+            if slot.is_none() && clients.sent(next).is_some() {
                 let r = &runs[next];
-                if let [first, _, ..] = r.output[..] {
-                    if let Some(d) = d.as_deref_mut() {
-                        d.begin(seq, next, r);
-                    }
-                    *slot = Some(InFlight { run: next, hist: r.prompt.clone(), last: first, done: 0, draft: Vec::new() });
-                }
+                prompts += (s.prompt)(r.prompt.len());
+                *slot = Some(InFlight { run: next, hist: r.prompt.clone(), last: r.output.first().copied().unwrap_or(-1), done: 0, draft: Vec::new() });
+                begun.push(seq);
                 next += 1;
             }
         }
-        let (mut rows, mut drafted) = (0, 0);
+        let mut shape = vec![0; slots_n];
+        let mut drafted = 0;
+        let now = (clock * s.unit_ns) as u64;
         for (seq, slot) in slots.iter_mut().enumerate() {
-            let Some(l) = slot else { continue };
+            let Some(l) = slot.as_mut().filter(|_| !begun.contains(&seq)) else { continue };
             let rest = &runs[l.run].output[1..];
-            rows += 1;
             l.draft.clear();
             if let Some(d) = d.as_deref_mut() {
-                // vLLM never verifies past the request's remaining tokens.
+                // Neither server verifies past the request's remaining tokens.
                 drafted += d.propose(seq, &l.hist, l.last, n_max.min(rest.len() - l.done), now, &mut l.draft);
             }
+            shape[seq] = 1 + l.draft.len();
         }
-        if rows == 0 {
-            return total;
+        if begun.is_empty() && shape.iter().all(|&t| t == 0) {
+            // Every request served: with all slots idle, each one sent so far has ended and sent the next.
+            debug_assert_eq!(next, runs.len());
+            out.total.cost = clock;
+            return out;
         }
-        let cost = step(rows, drafted);
-        now += (cost * unit_ns) as u64;
-        total.passes += 1;
-        total.cost += cost;
-        total.drafted += drafted;
+        let step = if shape.iter().any(|&t| t > 0) { (s.step)(&shape) } else { 0.0 };
+        clock += prompts + step;
+        out.prompt_cost += prompts;
+        out.total.passes += usize::from(step > 0.0);
+        out.total.drafted += drafted;
         for (seq, slot) in slots.iter_mut().enumerate() {
-            let Some(l) = slot else { continue };
+            let Some(l) = slot.as_mut().filter(|_| !begun.contains(&seq)) else { continue };
             let rest = &runs[l.run].output[1..];
             let position = l.hist.len() + 1;
             let (acc, took) = verify(&l.draft, &rest[l.done..], &mut l.hist, &mut l.last);
@@ -172,10 +215,22 @@ fn replay_batched_with(
                 d.accept(seq, acc);
             }
             l.done += took;
-            total.tokens += took;
-            total.accepted += acc;
+            out.total.tokens += took;
+            out.total.accepted += acc;
             if l.done == rest.len() {
+                out.latency[l.run] = clients.ended(l.run, clock);
                 *slot = None;
+            }
+        }
+        // The servers hand a request to the drafter after the decode that evaluated its prompt; one of a single
+        // token is answered by that pass alone.
+        for seq in begun {
+            let run = slots[seq].as_ref().map_or(0, |l| l.run);
+            if runs[run].output.len() < 2 {
+                out.latency[run] = clients.ended(run, clock);
+                slots[seq] = None;
+            } else if let Some(d) = d.as_deref_mut() {
+                d.begin(seq, run, &runs[run]);
             }
         }
     }
@@ -192,19 +247,38 @@ mod tests {
     }
 
     /// vLLM-like: a row adds 3% of a one-row step, a drafted token 6%.
-    fn one_pass(rows: usize, drafted: usize) -> f64 {
+    fn one_pass(shape: &[usize]) -> f64 {
+        let rows = shape.iter().filter(|&&t| t > 0).count();
+        let drafted: usize = shape.iter().map(|t| t.saturating_sub(1)).sum();
         1.0 + 0.03 * (rows - 1) as f64 + 0.06 * drafted as f64
     }
 
     #[test]
     fn plain_decoding_is_one_token_per_request_and_step() {
         let runs: Vec<Recorded> = (0..5).map(copying).collect();
-        let plain = replay_batched(None, &runs, 2, 15, one_pass, 1e6);
+        let plain = replay_batched(None, &runs, 15, &Serving::steps(2, &one_pass, 1e6)).total;
         assert_eq!(plain.tokens, 5 * 62);
         assert_eq!(plain.drafted, 0);
         // Two at a time: four requests in two pairs of 62 steps, then the fifth alone.
         assert_eq!(plain.passes, 3 * 62);
-        assert!((plain.cost - (2.0 * 62.0 * one_pass(2, 0) + 62.0)).abs() < 1e-9, "{plain:?}");
+        assert!((plain.cost - (2.0 * 62.0 * one_pass(&[1, 1]) + 62.0)).abs() < 1e-9, "{plain:?}");
+    }
+
+    #[test]
+    fn clients_wait_for_a_slot_and_a_prompt_is_paid_in_the_step_it_begins() {
+        // Two slots, three clients, steps of one unit, a prompt of n tokens 0.01·n: requests 0 and 1 begin at once,
+        // 2 waits for a slot, 3 and 4 are sent as 0 and 1 end, and 4 waits for a slot too.
+        let runs: Vec<Recorded> = (0..5).map(copying).collect();
+        let p = 0.01 * runs[0].prompt.len() as f64;
+        assert!(runs.iter().all(|r| r.prompt.len() == runs[0].prompt.len()));
+        let serving = Serving { slots: 2, clients: 3, step: &|_| 1.0, prompt: &|n| 0.01 * n as f64, unit_ns: 1e6 };
+        let plain = replay_batched(None, &runs, 15, &serving);
+        let want = [2.0 * p + 62.0, 2.0 * p + 62.0, 4.0 * p + 124.0, 2.0 * p + 62.0, 3.0 * p + 124.0];
+        for (got, want) in plain.latency.iter().zip(want) {
+            assert!((got - want).abs() < 1e-9, "{:?} against {want:?}", plain.latency);
+        }
+        assert!((plain.total.cost - (5.0 * p + 186.0)).abs() < 1e-9 && (plain.prompt_cost - 5.0 * p).abs() < 1e-9, "{plain:?}");
+        assert_eq!(plain.total.passes, 3 * 62);
     }
 
     #[test]
@@ -212,8 +286,8 @@ mod tests {
         let runs: Vec<Recorded> = (0..12).map(copying).collect();
         let cfg = DrafterConfig { n_seq: 4, layout: Some(Layout::OnePass), ..DrafterConfig::default() };
         let mut d = Drafter::new(None, cfg);
-        let spec = replay_batched(Some(&mut d), &runs, 4, 15, one_pass, 1e6);
-        let plain = replay_batched(None, &runs, 4, 15, one_pass, 1e6);
+        let spec = replay_batched(Some(&mut d), &runs, 15, &Serving::steps(4, &one_pass, 1e6)).total;
+        let plain = replay_batched(None, &runs, 15, &Serving::steps(4, &one_pass, 1e6)).total;
         assert_eq!(spec.tokens, plain.tokens);
         assert!(spec.accepted <= spec.drafted && spec.accepted > 0, "{spec:?}");
         assert!(spec.tokens <= spec.accepted + 4 * spec.passes, "{spec:?}");
@@ -226,12 +300,12 @@ mod tests {
         let cfg = DrafterConfig { n_seq: 4, layout: Some(Layout::OnePass), ..DrafterConfig::default() };
         let right = crate::replay::right_proposals(None, None, &cfg, &runs);
         let mut o = Oracle::new(&runs, right);
-        let best = replay_batched(Some(&mut o), &runs, 4, 15, one_pass, 1e6);
-        let plain = replay_batched(None, &runs, 4, 15, one_pass, 1e6);
+        let best = replay_batched(Some(&mut o), &runs, 15, &Serving::steps(4, &one_pass, 1e6)).total;
+        let plain = replay_batched(None, &runs, 15, &Serving::steps(4, &one_pass, 1e6)).total;
         assert_eq!(best.tokens, plain.tokens);
         assert_eq!(best.drafted, best.accepted, "{best:?}");
         let mut d = Drafter::new(None, cfg);
-        let spec = replay_batched(Some(&mut d), &runs, 4, 15, one_pass, 1e6);
+        let spec = replay_batched(Some(&mut d), &runs, 15, &Serving::steps(4, &one_pass, 1e6)).total;
         assert!(best.cost <= spec.cost && best.passes <= spec.passes, "oracle {best:?} against the drafter {spec:?}");
         // After the first token the copied passage is right to its end, the tail is not: per request, passes
         // drafting 15, 15, 15, 11, 0 and 0 tokens; three rounds of four requests.
@@ -240,14 +314,15 @@ mod tests {
 
     #[test]
     fn a_dear_drafted_token_is_declined_beside_others() {
-        // A drafted token costs half a step: no draft pays, and once the control has measured that, the run is
-        // within a few percent of plain decoding.
+        // A drafted token costs half a step: beside three others no draft pays, and once the control has measured
+        // that, the run is within 10% of plain decoding (the re-measuring probes, and the last two requests, whose
+        // sure copies do pay alone at that price, cost the rest).
         let runs: Vec<Recorded> = (0..16).map(copying).collect();
-        let dear = |rows: usize, drafted: usize| 1.0 + 0.03 * (rows - 1) as f64 + 0.5 * drafted as f64;
+        let dear = |shape: &[usize]| one_pass(shape) + 0.44 * shape.iter().map(|t| t.saturating_sub(1)).sum::<usize>() as f64;
         let cfg = DrafterConfig { n_seq: 4, layout: Some(Layout::OnePass), ..DrafterConfig::default() };
         let mut d = Drafter::new(None, cfg);
-        let spec = replay_batched(Some(&mut d), &runs, 4, 15, dear, 1e6);
-        let plain = replay_batched(None, &runs, 4, 15, dear, 1e6);
-        assert!(plain.cost / spec.cost > 0.93, "{spec:?} against {plain:?}");
+        let spec = replay_batched(Some(&mut d), &runs, 15, &Serving::steps(4, &dear, 1e6)).total;
+        let plain = replay_batched(None, &runs, 15, &Serving::steps(4, &dear, 1e6)).total;
+        assert!(plain.cost / spec.cost > 0.9, "{spec:?} against {plain:?}");
     }
 }
