@@ -73,6 +73,10 @@ pub struct DrafterConfig {
     /// (HumanEval, three rounds) and 11% fewer at `-np 4` (JSON and prose); the single-sequence margin remains.
     pub shared_min_gain: f64,
     /// Beside other slots, a draft holds only the leading tokens whose estimated acceptance reaches this (0: all).
+    /// Session 41 set 0.95 on served rounds that moved 4% apart; replayed as llama-server serves 16 clients
+    /// (`kolm-rsd replay --slots`, session 66), 0.8 served two to four slots 0.2–3.9% faster on HumanEval (both
+    /// splits), code edits and JSON with its pack, prose alike, p99 moving both ways; from six slots on the
+    /// fairness rule below decides alone (docs/drafter.md).
     pub shared_sure: f32,
     /// Beside other slots, the least gain in the step's throughput a draft must buy per unit of time it adds to the
     /// step, for each other slot's request, which waits that time (0: none). What a draft gains, only its own request
@@ -106,7 +110,7 @@ impl DrafterConfig {
     /// This configuration with the shared-step rule of an engine whose step is one forward pass of every request's
     /// tokens, as vLLM's: no margin, no least acceptance and no fairness rule beside other requests. There a drafted
     /// token adds a few percent to a step of several rows, where beside seven of llama-server's slots it lengthens
-    /// every slot's step by nearly what it is worth (session 41, which set the plugin's 0.95 floor). Replayed at
+    /// every slot's step by nearly what it is worth (session 41, which set the plugin's floor on acceptance). Replayed at
     /// eight clients on training prompts (Qwen2.5-Coder-0.5B) no margin beat 0.05 on JSON (1.377× against
     /// 1.307×), HumanEval and code edits, and prose lost 0.7% (session 37); with the plugin's floor the replay
     /// drafted 705 tokens of held-out JSON at α 0.96 (1.160×), without it 1,285 at 0.85 (1.313×), as vLLM served
@@ -142,7 +146,7 @@ impl Default for DrafterConfig {
             miss_capacity: 4096,
             min_gain: 0.05,
             shared_min_gain: 0.05,
-            shared_sure: 0.95,
+            shared_sure: 0.8,
             shared_fair: 0.1,
             layout: None,
             adaptive: true,

@@ -314,15 +314,23 @@ mod tests {
 
     #[test]
     fn a_dear_drafted_token_is_declined_beside_others() {
-        // A drafted token costs half a step: beside three others no draft pays, and once the control has measured
-        // that, the run is within 10% of plain decoding (the re-measuring probes, and the last two requests, whose
-        // sure copies do pay alone at that price, cost the rest).
+        // llama-server's steps at their dearest: compute-bound, a drafted token costing what a slot's token does, so
+        // that beside three others nothing pays. The plugin's drafter (layout learned) loses at most 1%: a few sure
+        // copies before the price is measured, and the re-measuring probes.
         let runs: Vec<Recorded> = (0..16).map(copying).collect();
+        let bound = |shape: &[usize]| shape.iter().sum::<usize>() as f64 / 4.0;
+        let plain = replay_batched(None, &runs, 15, &Serving::steps(4, &bound, 1e6)).total;
+        let mut d = Drafter::new(None, DrafterConfig { n_seq: 4, ..DrafterConfig::default() });
+        let spec = replay_batched(Some(&mut d), &runs, 15, &Serving::steps(4, &bound, 1e6)).total;
+        assert!(plain.cost / spec.cost > 0.985, "{spec:?} against {plain:?}");
+        // vLLM's one pass with a drafted token at half a step (vLLM's cost 5–7% here): the proposer's settings (no
+        // floor, no fairness rule) learn the price slowly, as an interval over 1.5 times the expected step counts as
+        // that much (the guard against a prefill no `begin` marked), and 14% is lost on this short run.
         let dear = |shape: &[usize]| one_pass(shape) + 0.44 * shape.iter().map(|t| t.saturating_sub(1)).sum::<usize>() as f64;
-        let cfg = DrafterConfig { n_seq: 4, layout: Some(Layout::OnePass), ..DrafterConfig::default() };
+        let cfg = DrafterConfig { n_seq: 4, layout: Some(Layout::OnePass), ..DrafterConfig::default() }.one_pass_shared();
         let mut d = Drafter::new(None, cfg);
         let spec = replay_batched(Some(&mut d), &runs, 15, &Serving::steps(4, &dear, 1e6)).total;
         let plain = replay_batched(None, &runs, 15, &Serving::steps(4, &dear, 1e6)).total;
-        assert!(plain.cost / spec.cost > 0.9, "{spec:?} against {plain:?}");
+        assert!(plain.cost / spec.cost > 0.85, "{spec:?} against {plain:?}");
     }
 }
