@@ -102,7 +102,7 @@ impl Serving<'_> {
 pub struct Served {
     pub total: Replayed,
     pub latency: Vec<f64>,
-    /// Units spent in steps that decoded a prompt.
+    /// Units spent decoding prompts; the rest of `total.cost` is generation steps.
     pub prompt_cost: f64,
 }
 
