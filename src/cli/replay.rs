@@ -239,11 +239,11 @@ pub fn run(a: &ReplayArgs) -> CliResult {
             "\n| llama-server, strict calls, {} clients | speedup | generation | p50 × plain | p99 × plain | steps | drafted | accepted | α |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|",
             a.load_clients
         );
+        // Calls priced at a slot's mean depth, the recordings' halfway point, and a prompt of the mean length.
+        let mean = |f: &dyn Fn(&Recorded) -> usize| runs.iter().map(f).sum::<usize>() / runs.len().max(1);
+        let (n_past, prompt) = (mean(&|r| r.prompt.len() + r.output.len() / 2), mean(&|r| r.prompt.len()));
         for &n in &a.slots {
             let n = usize::from(n);
-            // Calls priced at a slot's mean depth, the recordings' halfway point, and a prompt of the mean length.
-            let mean = |f: &dyn Fn(&Recorded) -> usize| runs.iter().map(f).sum::<usize>() / runs.len().max(1);
-            let (n_past, prompt) = (mean(&|r| r.prompt.len() + r.output.len() / 2), mean(&|r| r.prompt.len()));
             let costs = load_ceiling::call_costs(&model, n, 0, n_past, prompt.max(1), 9)?;
             let single = &costs.single_ms;
             let step = |shape: &[usize]| load_ceiling::priced(single, shape, Layout::Unified) / single[0];
