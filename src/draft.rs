@@ -218,6 +218,13 @@ impl Drafter {
         }
     }
 
+    /// A step begins: the proposals up to the next call are its own, whatever order their sequences come in
+    /// (vLLM drafts its batch's rows in row order, and rows move between sequences). Without it a step is told
+    /// by the sequences coming in slot order, as llama-server's plugin asks them.
+    pub fn start_step(&mut self) {
+        self.rounds.start();
+    }
+
     /// Starts a new request on `seq`. Counters persist; acceptance and timing start over.
     pub fn begin(&mut self, seq: usize, prompt: &[i32]) {
         let Some(s) = self.seqs.get_mut(seq) else {

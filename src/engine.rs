@@ -511,6 +511,11 @@ impl Engine {
         }
     }
 
+    /// The proposals up to the next call are one step's, in any order of sequences ([`Drafter::start_step`]).
+    pub fn start_step(&mut self) {
+        self.drafter.start_step();
+    }
+
     /// The decode that just ended also evaluated part of a prompt that no `begin` follows yet (vLLM prefills a
     /// long prompt in chunks over several steps): its time is not verify cost ([`Drafter::prompt_decoded`]).
     pub fn prompt_decoded(&mut self) {

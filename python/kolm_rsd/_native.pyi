@@ -134,7 +134,9 @@ class Drafter:
         """Up to ``n_max`` tokens to follow ``tokens`` + ``id_last`` (the token just sampled, not in
         ``tokens``); empty where drafting does not pay."""
     def propose_batch(self, requests: Iterable[tuple[int, Tokens, int]], n_max: int = ...) -> list[list[int]]:
-        """:meth:`propose` for ``(seq, tokens, id_last)`` of every sequence of a step, in one call."""
+        """:meth:`propose` for ``(seq, tokens, id_last)`` of every sequence of a step, in one call. The call
+        marks the step, so its sequences may come in any order; single :meth:`propose` calls are told into steps
+        by their sequences coming in ascending order, as llama-server asks them."""
     def accept(self, seq: int, n_accepted: int) -> None:
         """The target kept the first ``n_accepted`` tokens of the last draft proposed for ``seq``."""
     def observe_miss(self, context: Tokens, token: int) -> None:

@@ -150,7 +150,8 @@ impl Drafter {
         })
     }
 
-    /// `propose` for many sequences in one call (one step of a batch): `requests` holds `(seq, tokens, id_last)`.
+    /// `propose` for many sequences in one call (one step of a batch): `requests` holds `(seq, tokens, id_last)`,
+    /// in any order of sequences, as the call marks the step.
     #[pyo3(signature = (requests, n_max=MAX_DRAFT))]
     fn propose_batch(&self, py: Python<'_>, requests: &Bound<'_, PyAny>, n_max: usize) -> PyResult<Vec<Vec<i32>>> {
         let reqs = requests
@@ -162,6 +163,7 @@ impl Drafter {
             .collect::<PyResult<Vec<_>>>()?;
         py.detach(|| {
             let mut engine = self.engine()?;
+            engine.start_step();
             Ok(reqs
                 .iter()
                 .map(|(s, tokens, id_last)| {

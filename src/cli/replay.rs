@@ -232,7 +232,7 @@ pub fn run(a: &ReplayArgs) -> CliResult {
         let n = usize::from(n);
         // As the vLLM proposer drafts: its one pass per step and its shared-step rule.
         let shared = DrafterConfig { n_seq: n, layout: Some(Layout::OnePass), ..cfg.clone() }.one_pass_shared();
-        rows.serve(&format!("{n} clients"), &[(String::new(), shared)], &Serving::steps(n, &one_pass, 1e6), !a.prediction)?;
+        rows.serve(&format!("{n} clients"), &[(String::new(), shared)], &Serving::steps(n, &one_pass, 1e6).marked(), !a.prediction)?;
     }
     if !a.slots.is_empty() {
         println!(
@@ -248,7 +248,7 @@ pub fn run(a: &ReplayArgs) -> CliResult {
             let single = &costs.single_ms;
             let step = |shape: &[usize]| load_ceiling::priced(single, shape, Layout::Unified) / single[0];
             let prompt_cost = |len: usize| costs.prompt_ms(len) / single[0];
-            let serving = Serving { slots: n, clients: usize::from(a.load_clients), step: &step, prompt: &prompt_cost, unit_ns: single[0] * 1e6 };
+            let serving = Serving { slots: n, clients: usize::from(a.load_clients), step: &step, prompt: &prompt_cost, unit_ns: single[0] * 1e6, marked: false };
             let setups: Vec<(String, DrafterConfig)> = plugin
                 .iter()
                 .map(|(arg, e)| {

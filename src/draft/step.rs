@@ -135,12 +135,23 @@ impl Shared<'_> {
 }
 
 /// Which sequences share llama-server's decode calls. Each server step drafts for every generating slot
-/// (one call each, in slot order), then verifies all their tokens; a sequence calling again marks the next
-/// step. A sequence counts in the current step with what it proposed in it, or else with what it put into the
-/// last one (it has not been asked yet), or with one token if its request began since (it was not in the last).
+/// (one call each, in slot order: the plugin's `draft` walks the sequences upwards), then verifies all their
+/// tokens; a call for a sequence no higher than the step's last one marks the next step, unless the caller
+/// marks steps itself ([`Rounds::start`], vLLM's batch, whose rows come in any order). A sequence counts in the
+/// current step with what it proposed in it, or else with what it put into the last one (it has not been asked
+/// yet), or with one token if its request began since (it was not in the last).
 pub(super) struct Rounds {
     now: Vec<bool>,
     prev: Vec<bool>,
+    /// The sequence asked last in the current step, and whether calls come in slot order (no [`Rounds::start`]).
+    /// Told by repeated sequences alone, a slot whose request began while the others generated was asked first in
+    /// the next step and not seen as its start, and every later step was cut between two slots: the duration of
+    /// one step was paired with the tokens of the next (a replay at four slots learned a dear drafted token as
+    /// cheap, and drafted 40 tokens in a step, session 67).
+    asked: Option<usize>,
+    ordered: bool,
+    /// [`Rounds::start`] was called: the next call begins a step.
+    started: bool,
     /// Per sequence whose request [`begun`](Self::begun) and was not asked since: through how many more step ends
     /// it counts (2 at `begun`, as the step it first generates in starts at the next end; 0 once asked).
     joining: Vec<u8>,
@@ -162,6 +173,9 @@ impl Rounds {
         Rounds {
             now: vec![false; n],
             prev: vec![false; n],
+            asked: None,
+            ordered: true,
+            started: false,
             joining: vec![0; n],
             tokens: vec![1; n],
             expected: vec![1.0; n],
@@ -175,7 +189,10 @@ impl Rounds {
     /// `seq` is asked for a draft: a step has ended if it was asked in the current one already. Returns whether
     /// a step ended (this call is the first of a new one).
     pub(super) fn enter(&mut self, seq: usize) -> bool {
-        let ended = self.now[seq];
+        let wrapped = self.ordered && self.asked.is_some_and(|a| seq <= a);
+        let ended = self.now[seq] || wrapped || (self.started && self.asked.is_some());
+        self.started = false;
+        self.asked = Some(seq);
         if ended {
             self.left = (0..self.now.len()).any(|j| self.prev[j] && !self.now[j]);
             for j in 0..self.now.len() {
@@ -198,6 +215,12 @@ impl Rounds {
             }
         }
         ended
+    }
+
+    /// A step begins: the calls up to the next `start` are its own, in whatever order they come.
+    pub(super) fn start(&mut self) {
+        self.ordered = false;
+        self.started = true;
     }
 
     /// What the sequence last [`enter`](Self::enter)ed shares its step with.
@@ -358,6 +381,49 @@ mod tests {
         assert!(r.left(), "1 was in the step before and is not in this one");
         let with = r.shared(0);
         assert_eq!((0..3).map(with.with(5)).collect::<Vec<_>>(), [5, 0, 0]);
+    }
+
+    #[test]
+    fn a_step_begins_where_the_slots_start_over() {
+        // Slot 0's request began in the last step (its prompt decoded): not asked then, it is asked first in this
+        // one, which begins with it. Each step after pairs with its own tokens.
+        let mut r = Rounds::new(3);
+        for seq in [0, 1, 2] {
+            r.enter(seq);
+            r.record(seq, 1, 1.0);
+        }
+        assert!(r.enter(1), "0's request ended; 1 starts the next step");
+        r.record(1, 1, 1.0);
+        r.enter(2);
+        r.record(2, 1, 1.0);
+        r.begun(0);
+        assert!(r.enter(0), "asked first, 0 begins the step");
+        r.record(0, 5, 3.0);
+        assert!(!r.enter(1));
+        r.record(1, 2, 1.5);
+        assert!(!r.enter(2));
+        r.record(2, 1, 1.0);
+        assert!(r.enter(0));
+        assert_eq!(r.last(), [5, 2, 1], "the step's own tokens, not the last step's beside this one's");
+    }
+
+    #[test]
+    fn marked_steps_take_their_sequences_in_any_order() {
+        let mut r = Rounds::new(3);
+        r.start();
+        for (seq, t) in [(2, 3), (0, 1), (1, 2)] {
+            r.enter(seq);
+            r.record(seq, t, 1.0);
+        }
+        r.start();
+        assert!(r.enter(1), "the mark begins the step");
+        assert_eq!(r.last(), [1, 2, 3]);
+        r.record(1, 1, 1.0);
+        assert!(!r.enter(0), "a lower sequence after a higher one is the same step");
+        r.record(0, 4, 2.0);
+        r.start();
+        assert!(r.enter(0));
+        assert_eq!(r.last(), [4, 1, 0], "2 was not asked in it");
     }
 
     #[test]
