@@ -11,8 +11,12 @@
 
 /// A drafted token's cost before any measurement, as a share of a one-row step (vLLM measured 0.02–0.04).
 const PRIOR_SHARE: f64 = 0.04;
-/// Pseudo-observations (in drafted tokens squared) the prior slope is worth.
+/// Pseudo-observations (in drafted tokens squared) the prior slope is worth at first. They fade as the
+/// measurements do (by [`DECAY`] a step), down to [`PRIOR_FLOOR`]: steps that draft nothing say nothing of the
+/// price, and a prior kept whole while the measured steps faded pulled a price ten times its own back towards
+/// it (half of it in 200 steps), until drafting looked cheap again and lost 9% (session 67).
 const PRIOR_WEIGHT: f64 = 16.0;
+const PRIOR_FLOOR: f64 = 1.0;
 /// Each row count's sums decay by this factor per step of that count, so the fit follows a change of load.
 const DECAY: f64 = 1.0 - 1.0 / 64.0;
 /// Intervals longer than this many times the expected step are idle time, not cost.
@@ -78,6 +82,8 @@ pub struct OnePassCost {
     /// The pooled slope as of the last step observed (None before any): refitted once per observation rather
     /// than at every price asked for, which the control does for each draft length of each sequence.
     slope: Option<f64>,
+    /// Steps observed, which the prior's weight fades with.
+    steps: i32,
 }
 
 impl OnePassCost {
@@ -106,6 +112,7 @@ impl OnePassCost {
             self.rows.resize(r + 1, Sums::default());
         }
         self.rows[r].add(drafted as f64, y);
+        self.steps = self.steps.saturating_add(1);
         self.slope = self.fit_slope();
     }
 
@@ -119,7 +126,8 @@ impl OnePassCost {
         let (base, _) = self.measured().next()?;
         let plain = self.rows[base].plain_prior();
         let (sxx, sxy) = self.rows.iter().map(Sums::centred).fold((0.0, 0.0), |a, b| (a.0 + b.0, a.1 + b.1));
-        Some(((sxy + PRIOR_WEIGHT * PRIOR_SHARE * plain) / (sxx + PRIOR_WEIGHT)).clamp(0.0, plain))
+        let w = (PRIOR_WEIGHT * DECAY.powi(self.steps)).max(PRIOR_FLOOR);
+        Some(((sxy + w * PRIOR_SHARE * plain) / (sxx + w)).clamp(0.0, plain))
     }
 
     /// Row counts measured, fewest first, with their weight.

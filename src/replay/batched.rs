@@ -340,14 +340,15 @@ mod tests {
         let spec = replay_batched(Some(&mut d), &runs, 15, &Serving::steps(4, &bound, 1e6)).total;
         assert!(plain.cost / spec.cost > 0.985, "{spec:?} against {plain:?}");
         // vLLM's one pass with a drafted token at half a step (vLLM's cost 5–7% here), under the proposer's settings
-        // (no floor, no fairness rule): 9% is lost on this short run, while the price is learned. (Until session 67,
-        // 14%: a slot begun was asked first in its step and not seen to begin it, so every step's duration was paired
-        // with the next one's tokens.)
+        // (no floor, no fairness rule): the price is learned from the first drafted steps and kept. 4% is lost, to
+        // the 28 tokens drafted at the prior's price before the first step was timed. (Until session 67, 14%: a slot
+        // begun was asked first in its step and not seen to begin it, so every step's duration was paired with the
+        // next one's tokens; and the prior pulled the price back as the drafted steps faded.)
         let dear = |shape: &[usize]| one_pass(shape) + 0.44 * shape.iter().map(|t| t.saturating_sub(1)).sum::<usize>() as f64;
         let cfg = DrafterConfig { n_seq: 4, layout: Some(Layout::OnePass), ..DrafterConfig::default() }.one_pass_shared();
         let mut d = Drafter::new(None, cfg);
         let spec = replay_batched(Some(&mut d), &runs, 15, &Serving::steps(4, &dear, 1e6).marked()).total;
         let plain = replay_batched(None, &runs, 15, &Serving::steps(4, &dear, 1e6).marked()).total;
-        assert!(plain.cost / spec.cost > 0.9, "{spec:?} against {plain:?}");
+        assert!(plain.cost / spec.cost > 0.95, "{spec:?} against {plain:?}");
     }
 }
