@@ -14,7 +14,8 @@ const PRIOR_SHARE: f64 = 0.04;
 /// Pseudo-observations (in drafted tokens squared) the prior slope is worth at first. They fade as the
 /// measurements do (by [`DECAY`] a step), down to [`PRIOR_FLOOR`]: steps that draft nothing say nothing of the
 /// price, and a prior kept whole while the measured steps faded pulled a price ten times its own back towards
-/// it (half of it in 200 steps), until drafting looked cheap again and lost 9% (session 67).
+/// it (half of it in 200 steps), until drafting looked cheap again: a replayed run that lost 9% so loses 4%
+/// (session 67).
 const PRIOR_WEIGHT: f64 = 16.0;
 const PRIOR_FLOOR: f64 = 1.0;
 /// Each row count's sums decay by this factor per step of that count, so the fit follows a change of load.

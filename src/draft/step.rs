@@ -186,7 +186,8 @@ impl Rounds {
         }
     }
 
-    /// `seq` is asked for a draft: a step has ended if it was asked in the current one already. Returns whether
+    /// `seq` is asked for a draft: a step has ended if a [`Rounds::start`] came before it, if it was asked in the
+    /// current step already, or (calls in slot order) if it is no higher than the last one asked. Returns whether
     /// a step ended (this call is the first of a new one).
     pub(super) fn enter(&mut self, seq: usize) -> bool {
         let wrapped = self.ordered && self.asked.is_some_and(|a| seq <= a);
