@@ -934,7 +934,7 @@ mod tests {
         let answer: Vec<i32> = (0..12).flat_map(|k| [900 + k, 1000 + k, 2000 + k]).collect();
         let cfg = DrafterConfig { gate: None, probe_every: u32::MAX, ..DrafterConfig::default() };
         let mut d = Drafter::new(None, cfg.clone());
-        let one = Class::copy(1, false, false, Place::Code);
+        let one = Class::copy(1, false, false, false, Place::Code);
         let shared = |d: &Drafter| estimate(&d.cfg, &d.global, &Rates::default(), one);
         let before = shared(&d);
         let trials = |d: &Drafter| d.seqs[0].rates.counts().1[one.index()];
@@ -950,7 +950,7 @@ mod tests {
         // the draft (`4`) and decoded `50 51` instead, so `51` says nothing about the chain's `5`. The chain's
         // second token, a copy after 4 tokens, is expected never right, so the draft is its first.
         let mut class_prior = [0.9; N_CLASSES];
-        class_prior[Class::copy(4, false, false, Place::Code).index()] = 0.0;
+        class_prior[Class::copy(4, false, false, false, Place::Code).index()] = 0.0;
         let mut d = Drafter::new(None, DrafterConfig { class_prior, ..cfg });
         let toks = [1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 2];
         d.begin(0, &toks[..9]);
@@ -973,13 +973,35 @@ mod tests {
         let mut toks: Vec<i32> = prompt.iter().chain(&[20, 21, 22, 30, 20]).copied().collect();
         d.propose(0, &toks, 21, 1, 0, &mut out);
         assert_eq!(out, [22]);
-        assert_eq!(d.seqs[0].chain[0].1, Class::copy(2, false, true, Place::Code), "a copy of what the answer wrote");
+        assert_eq!(d.seqs[0].chain[0].1, Class::copy(2, false, true, false, Place::Code), "a copy of what the answer wrote");
         toks.extend([21, 22, 40]);
         d.propose(0, &toks, 10, 1, 1, &mut out);
         toks.push(10);
         d.propose(0, &toks, 11, 1, 2, &mut out);
         assert_eq!(out, [12]);
-        assert_eq!(d.seqs[0].chain[0].1, Class::copy(2, false, false, Place::Code), "a copy of the prompt");
+        assert_eq!(d.seqs[0].chain[0].1, Class::copy(2, false, false, false, Place::Code), "a copy of the prompt");
+    }
+
+    #[test]
+    fn a_copy_that_starts_a_line_is_its_own_kind_of_evidence() {
+        // The prompt holds `def f ( ) :` `\n` `␣␣` `doc` `more`; the answer re-types the signature, so after
+        // `:` the copy proposes the newline within the line, then the next line's indentation and `doc`, where
+        // the answer decides what that line holds, then ` more` within it again.
+        let vocab: [&[u8]; 9] = [b"def", b" f", b"(", b")", b":", b"\n", b"  ", b" doc", b" more"];
+        let prompt = [0, 1, 2, 3, 4, 5, 6, 7, 8];
+        let mut d = Drafter::new(None, DrafterConfig { adaptive: false, ..DrafterConfig::default() }).with_texts(TokenTexts::new(&vocab));
+        d.begin(0, &prompt);
+        let mut out = Vec::new();
+        let mut toks: Vec<i32> = prompt.iter().chain(&[0, 1, 2]).copied().collect();
+        d.propose(0, &toks, 3, 4, 0, &mut out);
+        assert_eq!(out, [4, 5, 6, 7]);
+        let kinds: Vec<Class> = d.seqs[0].chain.iter().map(|&(_, c)| c).collect();
+        assert_eq!(kinds[..2], [4, 5].map(|n| Class::copy(n, false, false, false, Place::Code)), "within the line");
+        assert_eq!(kinds[2..], [6, 7].map(|n| Class::copy(n, false, false, true, Place::Code)), "the next line's indentation and first text");
+        // The same from the history: the answer's last tokens are the newline and the indentation.
+        toks.extend([3, 4, 5]);
+        d.propose(0, &toks, 6, 4, 4, &mut out);
+        assert_eq!(d.seqs[0].chain[..2], [(7, Class::copy(7, false, false, true, Place::Code)), (8, Class::copy(8, false, false, false, Place::Code))]);
     }
 
     #[test]

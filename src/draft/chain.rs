@@ -49,6 +49,7 @@ pub(super) fn build_chain(
     let mut copy: Option<Copying> = None;
     let mut uncovered = None;
     let mut lex = s.answer.now();
+    let mut line_start = texts.is_some_and(|tx| starts_line(tx, hist));
     // The key being drafted from the prompt's list, and how much of it is in the chain.
     let mut listed: Option<(&[i32], usize)> = None;
     let (mut expected, mut run, mut best) = (1.0f64, 1.0f64, need);
@@ -77,7 +78,7 @@ pub(super) fn build_chain(
         // A copy never proposes a control token: in the prompt those are the chat template's markers, which
         // the answer does not repeat (on HumanEval the copy of a docstring ran on into `<|im_end|>`).
         let copied = copy
-            .map(|c| (c.token(), c.class(place)))
+            .map(|c| (c.token(), c.class(place, line_start)))
             .filter(|&(t, _)| !texts.is_some_and(|tx| tx.is_control(t)))
             // A copy after a one-token match (or none) gives way to a recipe, and its agreeing with one is no evidence.
             .filter(|&(_, c)| recipe.is_none() || !c.is_unmatched());
@@ -126,9 +127,39 @@ pub(super) fn build_chain(
         s.scratch.push(t);
         if let Some(texts) = texts {
             lex.feed(texts.get(t));
+            line_start = line_after(texts.get(t), line_start);
         }
     }
     uncovered
+}
+
+/// Whether the next token starts a line: the history's last line holds at most indentation so far (read back
+/// at most 64 tokens; a line longer than that is taken as not blank).
+fn starts_line(texts: &TokenTexts, hist: &[i32]) -> bool {
+    let mut blank = true;
+    for &t in hist.iter().rev().take(64) {
+        let text = texts.get(t);
+        match memchr::memrchr(b'\n', text) {
+            Some(i) => return blank && is_blank(&text[i + 1..]),
+            None => blank &= is_blank(text),
+        }
+        if !blank {
+            return false;
+        }
+    }
+    false
+}
+
+/// [`starts_line`] after one more token of `text`, from what it was before it.
+fn line_after(text: &[u8], before: bool) -> bool {
+    match memchr::memrchr(b'\n', text) {
+        Some(i) => is_blank(&text[i + 1..]),
+        None => before && is_blank(text),
+    }
+}
+
+fn is_blank(text: &[u8]) -> bool {
+    text.iter().all(|&b| b == b' ' || b == b'\t')
 }
 
 /// How the chain hashes the windows of a place: once for the pack's index and the live index, which read the same
@@ -286,11 +317,11 @@ impl<'a> Copying<'a> {
 
     /// A rewritten token is evidence of its own kind; the others are copies after their match, of the
     /// prompt or the prediction, or of what the answer wrote.
-    fn class(self, place: Place) -> Class {
+    fn class(self, place: Place, line_start: bool) -> Class {
         match self.rewriting {
             Some(_) => Class::rewrite(place),
             None if self.opening => Class::opening(place),
-            None => Class::copy(self.at.len, self.at.ambiguous, !self.predicted && self.at.pos >= self.answer_start, place),
+            None => Class::copy(self.at.len, self.at.ambiguous, !self.predicted && self.at.pos >= self.answer_start, line_start, place),
         }
     }
 
