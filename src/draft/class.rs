@@ -40,11 +40,12 @@ const ANSWER_BUCKETS: usize = 4;
 const LINE_BUCKETS: usize = 4;
 
 /// Kinds of evidence: literal ×3, shape ×3, the live index's literal ×3 and shape ×3, context copy × one per
-/// edge, ambiguous short copies, short copies of the answer, a copy after a one-token match, the prediction's
-/// first token at a line of the answer's opening, the next item of a list in the prompt, a copy a recipe agrees
-/// with, a rewrite the answer made before, draft model.
+/// edge, ambiguous short copies, short copies of the answer, short copies of the prompt at a line's start, a
+/// copy after a one-token match, the prediction's first token at a line of the answer's opening, the next item
+/// of a list in the prompt, a copy a recipe agrees with, a rewrite the answer made before, draft model.
 pub const N_KINDS: usize = 3 + 3 + 6 + COPY_EDGES.len() + SPLIT_BUCKETS + ANSWER_BUCKETS + LINE_BUCKETS + 1 + 1 + 1 + 1 + 1 + 1;
-/// The first live kind, the first copy kind, and the first kind of short copies of the answer.
+/// The first live kind, the first copy kind, the first kind of short copies of the answer, and of the prompt at a
+/// line's start.
 const LIVE: usize = 6;
 const COPY: usize = 12;
 const ANSWER: usize = COPY + COPY_EDGES.len() + SPLIT_BUCKETS;
@@ -148,9 +149,9 @@ impl Class {
 
     /// A copy of the request's own text after a match of `len` tokens, found by a suffix that occurred more
     /// than once before (`ambiguous`) or once, of text the answer wrote (`answered`) or the prompt's, its token
-    /// starting a line or not (`line_start`: the line holds at most indentation before it). A copy after one token is a kind of its own, whatever
-    /// it copies: it is right far less often than one after two, and as the same kind it would drag that kind's
-    /// rate down.
+    /// starting a line or not (`line_start`: the line holds at most indentation before it). A copy after one
+    /// token is a kind of its own, whatever it copies: it is right far less often than one after two, and as the
+    /// same kind it would drag that kind's rate down.
     pub fn copy(len: usize, ambiguous: bool, answered: bool, line_start: bool, place: Place) -> Class {
         if len < COPY_EDGES[0] {
             return Class::new(ONE_TOKEN, place);
