@@ -125,9 +125,25 @@ pub fn split(prompts: &[Prompt]) -> (Vec<Prompt>, Vec<Prompt>) {
     (train, held)
 }
 
+/// The prompts of several lists in turn (the first of each, then the second of each, …), each list dropping out
+/// when it runs out: mixed traffic whose clients take structured and prose prompts alike.
+pub fn in_turn(lists: &[Vec<Prompt>]) -> Vec<Prompt> {
+    let longest = lists.iter().map(Vec::len).max().unwrap_or(0);
+    (0..longest).flat_map(|i| lists.iter().filter_map(move |l| l.get(i).cloned())).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn prompts_in_turn_take_each_list_until_it_runs_out() {
+        let p = |id: &str| Prompt { id: id.into(), text: String::new(), category: String::new() };
+        let lists = [vec![p("a0"), p("a1"), p("a2")], vec![p("b0")], vec![], vec![p("c0"), p("c1")]];
+        let ids: Vec<String> = in_turn(&lists).into_iter().map(|p| p.id).collect();
+        assert_eq!(ids, ["a0", "b0", "c0", "a1", "c1", "a2"]);
+        assert!(in_turn(&[]).is_empty());
+    }
 
     #[test]
     fn embedded_set_parses_and_splits_three_to_one() {

@@ -27,7 +27,9 @@ pub struct ReplayArgs {
     /// Recipe pack (default: the one beside the model, if any); `off` for none.
     #[arg(long)]
     pack: Option<String>,
-    /// Workload whose held-out prompts are replayed: json-extraction, humaneval, mt-bench[:CATEGORY], or a .jsonl file.
+    /// Workload whose held-out prompts are replayed: json-extraction, humaneval, mt-bench[:CATEGORY], or a .jsonl file;
+    /// several, comma-separated, for mixed traffic: their prompts in turn (each until it runs out), as `bench --load
+    /// --workloads` sends them.
     #[arg(long, default_value = "json-extraction")]
     workload: String,
     #[arg(long, default_value_t = 6)]
@@ -126,7 +128,9 @@ pub fn run(a: &ReplayArgs) -> CliResult {
         Some(p) => Some(PathBuf::from(p)),
         None => Some(engine::pack_beside(&a.model)).filter(|p| p.exists()),
     };
-    let (train, held) = workload::split(&workload::load(&a.workload)?);
+    let splits = a.workload.split(',').map(|w| workload::load(w.trim()).map(|all| workload::split(&all))).collect::<Result<Vec<_>, _>>()?;
+    let (train, held): (Vec<_>, Vec<_>) = splits.into_iter().unzip();
+    let (train, held) = (workload::in_turn(&train), workload::in_turn(&held));
     let tokenize = |p: &workload::Prompt| model.tokenize(&compile::templated(&model, &p.text), true, true);
     let prompts: Vec<Vec<i32>> = held.iter().take(a.prompts).map(tokenize).collect::<Result<_, _>>()?;
     let n_warm = a.live.unwrap_or(0);
