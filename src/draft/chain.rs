@@ -136,15 +136,12 @@ pub(super) fn build_chain(
 /// Whether the next token starts a line: the history's last line holds at most indentation so far (read back
 /// at most 64 tokens; a line longer than that is taken as not blank).
 fn starts_line(texts: &TokenTexts, hist: &[i32]) -> bool {
-    let mut blank = true;
     for &t in hist.iter().rev().take(64) {
         let text = texts.get(t);
         match memchr::memrchr(b'\n', text) {
-            Some(i) => return blank && is_blank(&text[i + 1..]),
-            None => blank &= is_blank(text),
-        }
-        if !blank {
-            return false;
+            Some(i) => return is_blank(&text[i + 1..]),
+            None if !is_blank(text) => return false,
+            None => {}
         }
     }
     false
