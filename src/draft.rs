@@ -10,7 +10,8 @@
 //! Rooms: `config` (tuning), `seq` (what is kept per sequence), `chain` (the tokens one draft proposes and
 //! the evidence of each), `control` (break-even: the best length), `beta` (what a verify step costs, measured),
 //! `rates` (how often drafts are kept), `mean` (the running mean both clocks keep), `step` (which sequences
-//! share the server's step, and the forward passes llama.cpp makes of it), `gate` (whether drafting pays at
+//! share the server's step, and the forward passes llama.cpp makes of it), `lag` (how far each request is behind
+//! plain decoding for the others' drafts), `gate` (whether drafting pays at
 //! all, measured), `probe` (how much a draft model may add, and when one that does not pay is asked again),
 //! `miss` (positions the next compile could learn); evidence comes from `context` (the request's copies),
 //! `enumeration` and `syntax` (the prompt's lists, the answer's places), `prediction` (the request's predicted
@@ -24,6 +25,7 @@ pub mod context;
 pub mod control;
 pub mod enumeration;
 pub mod gate;
+mod lag;
 mod mean;
 mod miss;
 pub mod onepass;
@@ -48,6 +50,7 @@ use beta::BetaModel;
 use control::{best_length, Verify};
 use rates::{Acceptance, Rates};
 use gate::{Arm, Clock, Gate};
+use lag::Ledger;
 use miss::Pending;
 use prediction::Coda;
 use probe::ModelProbes;
@@ -91,6 +94,8 @@ pub struct Drafter {
     global_acc: Acceptance,
     misses: VecDeque<Miss>,
     rounds: Rounds,
+    /// How far each request is behind plain decoding in its time in the slot.
+    ledger: Ledger,
     source: Option<Box<dyn TokenSource>>,
     /// Token texts, to tell keys and values from code; without them every position counts as code.
     texts: Option<TokenTexts>,
@@ -118,6 +123,7 @@ impl Drafter {
         Drafter {
             beta: BetaModel::new(&cfg.beta_prior).with_layout(cfg.layout),
             rounds: Rounds::new(cfg.n_seq),
+            ledger: Ledger::new(cfg.n_seq),
             gate: cfg.gate.clone().filter(|_| cfg.adaptive).map(Gate::new),
             probes: ModelProbes::new(&cfg),
             cfg,
@@ -238,6 +244,7 @@ impl Drafter {
         }
         s.restart(prompt, self.texts.as_ref());
         self.rounds.begun(seq);
+        self.ledger.begun(seq);
         // llama-server and vLLM call this right after the decode that evaluated the prompt.
         self.prompt_decoded();
     }
@@ -284,18 +291,27 @@ impl Drafter {
         out.clear();
         self.stepped = false;
         let model_cost = self.model_cost();
-        let cfg = &self.cfg;
-        let Some(s) = self.seqs.get_mut(seq) else {
+        if seq >= self.seqs.len() {
             return 0;
-        };
-        s.stats.calls += 1;
-        // The gate's "off" windows draft nothing (and ask the draft model nothing); misses are still found.
+        }
         let new_step = self.rounds.enter(seq);
         self.stepped = new_step;
+        if new_step {
+            // Every slot's `accept` of the step that ended came before this call, and no other slot was asked since.
+            let last = self.rounds.last();
+            let plain = self.beta.step(last.len(), |j| last[j].min(1));
+            let cost = if plain > 0.0 { self.beta.step(last.len(), |j| last[j]) / plain } else { 1.0 };
+            let seqs = &self.seqs;
+            self.ledger.step(last, |j| 1 + seqs[j].kept, cost);
+        }
+        let cfg = &self.cfg;
+        let s = &mut self.seqs[seq];
+        s.stats.calls += 1;
         if new_step && self.price_steps {
             let last = self.rounds.last();
             self.stepped_price = self.beta.step_ns(last.len(), |j| last[j]);
         }
+        // The gate's "off" windows draft nothing (and ask the draft model nothing); misses are still found.
         let beta = &self.beta;
         let gated = self.gate.as_mut().is_some_and(|g| {
             if new_step {
@@ -317,7 +333,7 @@ impl Drafter {
         let shared = self.rounds.shared(seq);
         let others = shared.others();
         let need = 1.0 + if others { cfg.shared_min_gain } else { cfg.min_gain };
-        let verify = Verify::new(&self.beta, &shared).fair(cfg.shared_fair);
+        let verify = Verify::new(&self.beta, &shared).fair(cfg.shared_fair).owed(self.ledger.least_slack(shared.tokens, cfg.shared_lag));
         s.last_ns = Some(now_ns);
         s.awaiting_accept = false;
         s.kept = 0;
@@ -1209,6 +1225,35 @@ mod tests {
         let mut alone = Drafter::new(None, dear());
         alone.begin(0, toks);
         assert!(alone.propose(0, toks, *last, 15, 0, &mut out) >= 3);
+    }
+
+    #[test]
+    fn a_draft_waits_while_a_request_beside_it_is_behind_plain_decoding() {
+        // The sure copy of `a_shared_call_asks_its_own_gain`, beside a request on sequence 1 that drafts nothing and
+        // has taken `plain` steps. At `shared_lag=0.1` that request may fall behind plain decoding by a tenth of its
+        // steps: just begun, not at all; after 20 steps, by 1.9 plain steps (its first was its predecessor's).
+        let prompt = repeats_a_passage();
+        let (last, toks) = prompt.split_last().unwrap();
+        let mut out = Vec::new();
+        let sure = DrafterConfig { n_seq: 2, layout: Some(Layout::Unified), class_prior: [0.99; N_CLASSES], shared_sure: 0.9, gate: None, ..dear() };
+        let drafted = |cfg: &DrafterConfig, plain: i32, out: &mut Vec<i32>| {
+            let mut d = Drafter::new(None, cfg.clone());
+            d.begin(0, toks);
+            d.begin(1, &[50, 51]);
+            let mut other = vec![50, 51];
+            for i in 0..plain {
+                d.propose(0, toks, *last, 0, 0, out);
+                assert_eq!(d.propose(1, &other, 1000 + i, 15, 0, out), 0);
+                other.push(1000 + i);
+            }
+            d.propose(0, toks, *last, 15, 0, out)
+        };
+        assert!(drafted(&sure, 0, &mut out) >= 2, "without the rule the copy is drafted at once: {out:?}");
+        let owed = DrafterConfig { shared_lag: 0.1, ..sure.clone() };
+        assert_eq!(drafted(&owed, 0, &mut out), 0, "{out:?}");
+        assert_eq!(drafted(&owed, 2, &mut out), 0, "a step's slack of 0.1 pays for no drafted token: {out:?}");
+        let later = drafted(&owed, 20, &mut out);
+        assert!(later >= 2 && later <= drafted(&sure, 20, &mut out), "{later}: {out:?}");
     }
 
     #[test]

@@ -33,6 +33,10 @@ pub const SHARED_GAIN_RANGE: std::ops::RangeInclusive<f64> = 0.0..=10.0;
 /// for each other request in the step).
 pub const SHARED_FAIR_RANGE: std::ops::RangeInclusive<f64> = 0.0..=10.0;
 
+/// The shares `shared_lag` may take (0: no request may fall behind plain decoding for another's draft; `off`: no
+/// limit).
+pub const SHARED_LAG_RANGE: std::ops::RangeInclusive<f64> = 0.0..=10.0;
+
 /// The acceptances `shared_sure` may take (0: any token that pays is drafted beside other slots).
 pub const SHARED_SURE_RANGE: std::ops::RangeInclusive<f32> = 0.0..=1.0;
 
@@ -61,6 +65,9 @@ pub struct EngineConfig {
     /// Least throughput gain per unit of time a draft adds to a step it shares, per other request in the step
     /// ([`DrafterConfig::shared_fair`]; `shared_fair=`).
     pub shared_fair: f64,
+    /// Most a request may fall behind plain decoding for other slots' drafts, as a share of its steps
+    /// ([`DrafterConfig::shared_lag`]; `shared_lag=`, infinite: `off`).
+    pub shared_lag: f64,
     /// How llama-server cuts a step into forward passes (`kv=auto|split|unified`; auto: learned from step times).
     pub layout: Option<Layout>,
     /// The recipe pack; None = context n-grams only.
@@ -136,6 +143,7 @@ impl Default for EngineConfig {
             shared_gain: DrafterConfig::default().shared_min_gain,
             shared_sure: DrafterConfig::default().shared_sure,
             shared_fair: DrafterConfig::default().shared_fair,
+            shared_lag: DrafterConfig::default().shared_lag,
             layout: None,
             pack: None,
             miss_log: None,
@@ -204,6 +212,7 @@ impl EngineConfig {
             shared_min_gain: self.shared_gain,
             shared_sure: self.shared_sure,
             shared_fair: self.shared_fair,
+            shared_lag: self.shared_lag,
             layout: self.layout,
             context: self.context,
             gate: self.gate.then_some(GateConfig { clock: self.gate_clock, min_steps: self.gate_steps, ..GateConfig::default() }),
@@ -212,7 +221,7 @@ impl EngineConfig {
     }
 
     /// Parses `--spec-plugin-arg`: comma-separated `key=value` (`pack=PATH|off`, `misslog=PATH|off`, `misslog_cap=BYTES`,
-    /// `adaptive=0|1`, `shared_gain=F`, `shared_sure=P`, `shared_fair=R`, `gate=auto|wall|steps|off`, `gate_steps=N`, `kv=auto|split|unified`, `context=0|1|answer`, `nmax=N`, `draft=GGUF`, `shortlist=PATH|full`, `margin=F`, `request_rows=0|1`,
+    /// `adaptive=0|1`, `shared_gain=F`, `shared_sure=P`, `shared_fair=R`, `shared_lag=S|off`, `gate=auto|wall|steps|off`, `gate_steps=N`, `kv=auto|split|unified`, `context=0|1|answer`, `nmax=N`, `draft=GGUF`, `shortlist=PATH|full`, `margin=F`, `request_rows=0|1`,
     /// `head_dev=cpu|best`, `live=PATH|mem|off`, `live_cap=ENTRIES`, `steplog=PATH`); a bare value is the pack path. Without `pack=`,
     /// the pack beside the model is used when it exists; without `shortlist=`, the shortlist beside the draft GGUF,
     /// else the full head; without `head_dev=`, [`DEFAULT_HEAD_DEVICE`]; without `live=`, the live index is kept in
@@ -272,6 +281,8 @@ impl EngineConfig {
                 Some(("shared_gain", v)) => cfg.shared_gain = number_in("shared_gain", v, &SHARED_GAIN_RANGE)?,
                 Some(("shared_sure", v)) => cfg.shared_sure = number_in("shared_sure", v, &SHARED_SURE_RANGE)?,
                 Some(("shared_fair", v)) => cfg.shared_fair = number_in("shared_fair", v, &SHARED_FAIR_RANGE)?,
+                Some(("shared_lag", "off")) => cfg.shared_lag = f64::INFINITY,
+                Some(("shared_lag", v)) => cfg.shared_lag = number_in("shared_lag", v, &SHARED_LAG_RANGE)?,
                 Some(("kv", v)) => {
                     cfg.layout = match v {
                         "auto" => None,
@@ -300,7 +311,7 @@ impl EngineConfig {
                 }
                 Some((k, _)) => {
                     return Err(EngineError::Arg(format!(
-                        "--spec-plugin-arg: unknown key `{k}` (known: pack, misslog, misslog_cap, adaptive, shared_gain, shared_sure, shared_fair, gate, gate_steps, kv, context, nmax, draft, shortlist, margin, request_rows, head_dev, live, live_cap, steplog)"
+                        "--spec-plugin-arg: unknown key `{k}` (known: pack, misslog, misslog_cap, adaptive, shared_gain, shared_sure, shared_fair, shared_lag, gate, gate_steps, kv, context, nmax, draft, shortlist, margin, request_rows, head_dev, live, live_cap, steplog)"
                     )))
                 }
             }
@@ -726,6 +737,10 @@ mod tests {
         assert_eq!(EngineConfig::from_plugin_arg("shared_fair=0", "").unwrap().shared_fair, 0.0);
         assert_eq!(EngineConfig::from_plugin_arg("shared_fair=0.2", "").unwrap().shared_fair, 0.2);
         assert!(EngineConfig::from_plugin_arg("shared_fair=-1", "").unwrap_err().to_string().contains("shared_fair=-1 is not a number in 0..=10"));
+        assert_eq!(c.shared_lag, f64::INFINITY, "off by default");
+        assert_eq!(EngineConfig::from_plugin_arg("shared_lag=0.1", "").unwrap().shared_lag, 0.1);
+        assert_eq!(EngineConfig::from_plugin_arg("shared_lag=0.1,shared_lag=off", "").unwrap().shared_lag, f64::INFINITY);
+        assert!(EngineConfig::from_plugin_arg("shared_lag=x", "").unwrap_err().to_string().contains("shared_lag=x is not a number in 0..=10"));
         let e = EngineConfig::from_plugin_arg("shared_sure=1.5", "").unwrap_err().to_string();
         assert!(e.contains("shared_sure=1.5") && e.contains("0..=1"), "{e}");
         let e = EngineConfig::from_plugin_arg("shared_gain=-1", "").unwrap_err().to_string();

@@ -81,7 +81,7 @@ pub struct ReplayArgs {
     #[arg(long, value_name = "N", default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..))]
     load_clients: u16,
     /// The plugin's `--spec-plugin-arg` for the `--slots` rows (its drafter's keys: shared_gain, shared_sure,
-    /// shared_fair, gate, gate_steps, kv, adaptive, nmax; the pack and the request's own text are this command's),
+    /// shared_fair, shared_lag, gate, gate_steps, kv, adaptive, nmax; the pack and the request's own text are this command's),
     /// e.g. `shared_sure=0.8`; repeat the flag for one row each (without it: one row as the plugin's defaults).
     #[arg(long, value_name = "ARG", requires = "slots")]
     plugin_arg: Vec<String>,

@@ -85,6 +85,11 @@ pub struct DrafterConfig {
     /// what it adds, as every sure draft that beats the margin at four slots here does, and beside seven 0.7, where
     /// drafts bought the step 1% for p99 above plain's in every round.
     pub shared_fair: f64,
+    /// Beside other slots, a draft is made only while no other request in the step falls behind plain decoding by
+    /// more than this share of its steps so far, counting the plain steps its steps cost beyond the tokens they gave
+    /// it ([`super::lag`]; infinite: no limit). A request drafted nothing for (prose beside code) pays for the others'
+    /// verifies in every step it shares with them, and the slowest of them sets the tail.
+    pub shared_lag: f64,
     /// How llama-server cuts a step into forward passes (`kv=split|unified`); None: learned from step times.
     pub layout: Option<Layout>,
     /// Break-even control on; off drafts the whole chain found at every step (tests, benchmarks of
@@ -117,7 +122,7 @@ impl DrafterConfig {
     /// (session 61). The vLLM proposer and the replay's rows of clients both take it from here, so that they cannot
     /// drift apart again.
     pub fn one_pass_shared(self) -> DrafterConfig {
-        DrafterConfig { shared_min_gain: 0.0, shared_sure: 0.0, shared_fair: 0.0, ..self }
+        DrafterConfig { shared_min_gain: 0.0, shared_sure: 0.0, shared_fair: 0.0, shared_lag: f64::INFINITY, ..self }
     }
 }
 
@@ -148,6 +153,7 @@ impl Default for DrafterConfig {
             shared_min_gain: 0.05,
             shared_sure: 0.8,
             shared_fair: 0.1,
+            shared_lag: f64::INFINITY,
             layout: None,
             adaptive: true,
             context: Context::All,

@@ -26,6 +26,9 @@ pub struct Verify {
     /// The least gain in the step's throughput a draft must buy per unit of time it adds to the step: the rate per
     /// waiting request ([`super::DrafterConfig::shared_fair`]) times their number (0 alone).
     fair: f64,
+    /// What the step may grow (plain steps) before a request in it falls too far behind plain decoding
+    /// ([`super::DrafterConfig::shared_lag`]; infinite: no limit).
+    slack: f64,
 }
 
 impl Verify {
@@ -35,7 +38,14 @@ impl Verify {
         for (t, c) in cost.iter_mut().enumerate().skip(1) {
             *c = if waiting > 0 { beta.step(shared.n(), shared.with(t)) } else { beta.beta(t) };
         }
-        Verify { cost, others: shared.expected, plain: (shared.expected + 1.0) / cost[1], waiting, fair: 0.0 }
+        Verify { cost, others: shared.expected, plain: (shared.expected + 1.0) / cost[1], waiting, fair: 0.0, slack: f64::INFINITY }
+    }
+
+    /// A draft that would lengthen the step by more than `slack` plain steps is not made: that much more and a
+    /// request in the step is further behind plain decoding than it may be ([`super::lag::Ledger`]).
+    pub fn owed(mut self, slack: f64) -> Verify {
+        self.slack = slack;
+        self
     }
 
     /// With other slots in the step, a draft whose throughput gain is below `per_waiting` times the share of the
@@ -58,11 +68,9 @@ impl Verify {
     pub fn score(&self, expected: f64, drafted: usize, spent: f64) -> f64 {
         let c = self.cost[(drafted + 1).min(MAX_DRAFT + 1)];
         let score = (self.others + expected) / (c + spent) / self.plain;
-        if self.fair > 0.0 {
-            let added = (c + spent) / self.cost[1] - 1.0;
-            if added > 0.0 && score - 1.0 < self.fair * added {
-                return 0.0;
-            }
+        let added = (c + spent) / self.cost[1] - 1.0;
+        if added > 0.0 && (score - 1.0 < self.fair * added || added > self.slack) {
+            return 0.0;
         }
         score
     }
@@ -172,6 +180,18 @@ mod tests {
         assert_eq!(best_length(&[1.0], &v4.fair(0.1), &[], 1.05), 1, "at four slots a sure token gains a third of what it adds");
         assert_eq!(best_length(&[1.0], &v4.fair(0.2), &[], 1.05), 0, "the same rate a request as at eight would not");
         assert_eq!(best_length(&[1.0; 7], &Verify::alone(&eight).fair(10.0), &[], 1.05), 7, "alone, no other request waits");
+    }
+
+    #[test]
+    fn an_owed_step_takes_only_drafts_that_lengthen_it_by_no_more_than_its_slack() {
+        // Four slots, one pass: a sure token adds 0.4 / 2.2 = 18% to the step, two add 36%.
+        let four = BetaModel::new(&[(1, 1.0), (4, 2.2), (5, 2.6), (6, 3.0)]).with_layout(Some(Layout::Unified));
+        let at4 = Shared { tokens: &[0, 1, 1, 1], seq: 0, expected: 3.0 };
+        let v = Verify::new(&four, &at4);
+        assert_eq!(best_length(&[1.0; 2], &v, &[], 1.0), 2);
+        assert_eq!(best_length(&[1.0; 2], &v.owed(0.3), &[], 1.0), 1);
+        assert_eq!(best_length(&[1.0; 2], &v.owed(0.1), &[], 1.0), 0);
+        assert_eq!(best_length(&[1.0; 2], &v.owed(f64::INFINITY), &[], 1.0), 2);
     }
 
     #[test]
