@@ -51,6 +51,9 @@ impl Ledger {
 
     /// The least [`Ledger::slack`] among the slots `tokens[j] > 0` (the others in a step), infinite with none.
     pub(super) fn least_slack(&self, tokens: &[usize], rate: f64) -> f64 {
+        if rate == f64::INFINITY {
+            return rate; // No limit (and ∞ · 0 steps would be NaN).
+        }
         tokens.iter().enumerate().filter(|&(_, &t)| t > 0).map(|(j, _)| self.slack(j, rate)).fold(f64::INFINITY, f64::min)
     }
 }
@@ -75,6 +78,7 @@ mod tests {
         assert!((l.least_slack(&[0, 1, 0], 0.1) - 0.7).abs() < 1e-12);
         assert!((l.least_slack(&[1, 1, 0], 0.1) - 0.7).abs() < 1e-12, "slot 0, ahead, has more");
         assert_eq!(l.least_slack(&[0, 0, 0], 0.1), f64::INFINITY, "alone, nobody waits");
+        assert_eq!(l.least_slack(&[1, 1, 1], f64::INFINITY), f64::INFINITY, "no limit");
         l.begun(1);
         assert_eq!(l.slack(1, 0.1), 0.0, "a new request starts even");
         l.step(&[1, 3, 0], |_| 1, 1.5);
