@@ -296,8 +296,9 @@ impl Drafter {
         }
         let new_step = self.rounds.enter(seq);
         self.stepped = new_step;
-        if new_step {
+        if new_step && self.cfg.shared_lag < f64::INFINITY {
             // Every slot's `accept` of the step that ended came before this call, and no other slot was asked since.
+            // (Kept only while it is read: it added a tenth to a lone sequence's `propose`.)
             let last = self.rounds.last();
             let plain = self.beta.step(last.len(), |j| last[j].min(1));
             let cost = if plain > 0.0 { self.beta.step(last.len(), |j| last[j]) / plain } else { 1.0 };

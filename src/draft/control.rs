@@ -68,9 +68,11 @@ impl Verify {
     pub fn score(&self, expected: f64, drafted: usize, spent: f64) -> f64 {
         let c = self.cost[(drafted + 1).min(MAX_DRAFT + 1)];
         let score = (self.others + expected) / (c + spent) / self.plain;
-        let added = (c + spent) / self.cost[1] - 1.0;
-        if added > 0.0 && (score - 1.0 < self.fair * added || added > self.slack) {
-            return 0.0;
+        if self.fair > 0.0 || self.slack < f64::INFINITY {
+            let added = (c + spent) / self.cost[1] - 1.0;
+            if added > 0.0 && (score - 1.0 < self.fair * added || added > self.slack) {
+                return 0.0;
+            }
         }
         score
     }
