@@ -23,7 +23,7 @@ fn main() {
     for p in ["build.rs", "vendor/llama.cpp.lock", "patches", "src/ffi", "cbindgen.toml"] {
         println!("cargo:rerun-if-changed={p}");
     }
-    for v in ["KOLM_LLAMA_CPP_DIR", "KOLM_LLAMA_BUILD_DIR", "KOLM_RSD_CACHE", "KOLM_RSD_UPDATE_HEADER"] {
+    for v in ["KOLM_LLAMA_CPP_DIR", "KOLM_LLAMA_BUILD_DIR", "KOLM_RSD_CACHE", "KOLM_RSD_UPDATE_HEADER", "CFLAGS", "CXXFLAGS"] {
         println!("cargo:rerun-if-env-changed={v}");
     }
 
@@ -281,6 +281,16 @@ fn cmake_build(src: &Path, build: &Path) {
     cfg.arg(format!("-DGGML_CUDA={}", on(env::var_os("CARGO_FEATURE_CUDA").is_some())));
     cfg.arg(format!("-DGGML_METAL={}", on(env::var_os("CARGO_FEATURE_METAL").is_some())));
     cfg.arg(format!("-DGGML_VULKAN={}", on(env::var_os("CARGO_FEATURE_VULKAN").is_some())));
+    if env::var("CARGO_CFG_TARGET_ARCH").as_deref() == Ok("x86_64") {
+        // ggml's AMX kernels take one path for a single token (AVX512-VNNI) and another, tiles, for several, so a
+        // verify batch would not give the logits plain decoding gives (docs/batch-invariance.md); and where the
+        // CPU has AMX, `-march=native` switches them on (on a Xeon with AMX here they also died of SIGILL at the
+        // first prompt). Off, as on every CPU without AMX; explicit `-mno-` flags win over `-march` in any order.
+        for (lang, var) in [("C", "CFLAGS"), ("CXX", "CXXFLAGS")] {
+            let user = env::var(var).unwrap_or_default();
+            cfg.arg(format!("-DCMAKE_{lang}_FLAGS={user} -mno-amx-tile -mno-amx-int8 -mno-amx-bf16"));
+        }
+    }
     if which("ccache") {
         cfg.args(["-DCMAKE_C_COMPILER_LAUNCHER=ccache", "-DCMAKE_CXX_COMPILER_LAUNCHER=ccache"]);
     }

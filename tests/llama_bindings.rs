@@ -3,7 +3,8 @@
 
 mod common;
 
-use kolm_rsd::llama::{argmax, Batch, Context, ContextOptions, GgufFile, Model, ModelOptions};
+use kolm_rsd::llama::{argmax, sys, Batch, Context, ContextOptions, GgufFile, Model, ModelOptions};
+use std::ffi::CStr;
 use kolm_rsd::teacher::{Job, Sampling, Teacher};
 
 #[test]
@@ -42,6 +43,31 @@ fn greedy_generation_is_deterministic_and_readable() {
     assert!(!a.is_empty());
     assert_eq!(a, run(), "greedy decoding twice gives the same tokens");
     assert!(model.detokenize(&a).contains("Paris"), "{}", model.detokenize(&a));
+}
+
+/// The CPU backend's kernels as compiled: ggml's AMX ones are not batch invariant (one path for a token, tiles for
+/// several) and died of SIGILL at the first prompt on a Xeon that has AMX, so build.rs keeps them out on every CPU.
+#[test]
+fn the_cpu_backend_is_built_without_amx() {
+    // SAFETY: the registry's CPU device and its documented `ggml_backend_get_features` entry point (type
+    // `ggml_backend_get_features_t`); the list it returns is static, ends with a null name, and is only read.
+    let features: Vec<String> = unsafe {
+        let dev = sys::ggml_backend_dev_by_type(sys::GGML_BACKEND_DEVICE_TYPE_CPU);
+        assert!(!dev.is_null(), "no CPU backend device");
+        let reg = sys::ggml_backend_dev_backend_reg(dev);
+        let f = sys::ggml_backend_reg_get_proc_address(reg, c"ggml_backend_get_features".as_ptr());
+        assert!(!f.is_null(), "the CPU backend names no features");
+        let f: unsafe extern "C" fn(sys::ggml_backend_reg_t) -> *mut sys::ggml_backend_feature = std::mem::transmute(f);
+        let mut p = f(reg);
+        let mut out = vec![];
+        while !(*p).name.is_null() {
+            out.push(CStr::from_ptr((*p).name).to_string_lossy().into_owned());
+            p = p.add(1);
+        }
+        out
+    };
+    assert!(features.iter().any(|f| f == "AVX2" || f == "NEON" || f == "SSE3"), "no ISA named: {features:?}");
+    assert!(!features.iter().any(|f| f.starts_with("AMX")), "{features:?}");
 }
 
 #[test]
