@@ -4,8 +4,8 @@
 mod common;
 
 use kolm_rsd::llama::{argmax, sys, Batch, Context, ContextOptions, GgufFile, Model, ModelOptions};
-use std::ffi::CStr;
 use kolm_rsd::teacher::{Job, Sampling, Teacher};
+use std::ffi::CStr;
 
 #[test]
 fn greedy_generation_is_deterministic_and_readable() {
