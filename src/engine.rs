@@ -401,6 +401,8 @@ pub struct Engine {
     /// The draft model asked for, and the ggml backend its head runs on.
     draft: Option<(DraftChoice, String)>,
     n_seq: usize,
+    /// The longest draft proposed (0: the plugin's bookkeeping runs and nothing is drafted).
+    n_max: usize,
     pack: Option<(PathBuf, usize)>,
     miss_log: Option<MissLog>,
     misses: Vec<Miss>,
@@ -497,6 +499,7 @@ impl Engine {
             drafter,
             draft: cfg.draft.clone().zip(head_backend),
             n_seq: cfg.n_seq,
+            n_max: cfg.n_max.min(cfg.n_max_cap()),
             pack,
             miss_log: cfg.miss_log.map(|p| MissLog::new(p, cfg.miss_log_cap)),
             misses: Vec::new(),
@@ -620,7 +623,11 @@ impl Engine {
             ),
         };
         let steps = self.steps.as_ref().map_or(String::new(), |l| format!(", steps logged to {}", l.path().display()));
-        format!("{pack}{draft}, {} sequences, {live}, {log}{steps}", self.n_seq)
+        let drafts = match self.n_max {
+            0 => "drafting nothing (nmax=0)".into(),
+            n => format!("drafts of at most {n}"),
+        };
+        format!("{pack}{draft}, {} sequences, {drafts}, {live}, {log}{steps}", self.n_seq)
     }
 
     /// One line at shutdown: what drafting did.

@@ -129,6 +129,23 @@ fn four_concurrent_clients_match_requests_served_alone() {
     assert!(summary.contains("pack hits 0 literal + 0 shape"), "{summary}");
     assert_eq!(common::summary_number(&summary, " drafts, "), 0, "tokens drafted: {summary}");
     assert!(common::summary_number(&summary, "kolm-rsd: ") > 0, "the plugin was never asked: {summary}");
+
+    // `nmax=0` with the pack that hits: every part of the plugin runs (the pack, the copies, the live index) and
+    // nothing is drafted, the way to time the plugin path alone.
+    let mut off4 = spec4.clone();
+    off4.log = dir.join("np4-nmax0.log");
+    off4.plugin_arg = Some(format!("nmax=0,live=mem,misslog=off,pack={}", common::small_pack().display()));
+    let server = Server::start(&off4).unwrap();
+    let got = concurrently(&server, &prompts);
+    server.stop();
+    for (i, (g, r)) in got.iter().zip(&reference).enumerate() {
+        assert_eq!(g, r, "prompt {i}: kolm-rsd -np 4 with nmax=0 differs from plain -np 1");
+    }
+    let log = std::fs::read_to_string(dir.join("np4-nmax0.log")).unwrap();
+    assert!(log.contains("drafting nothing (nmax=0)"), "the plugin does not say it drafts nothing:\n{log}");
+    let summary = common::plugin_summary(&dir.join("np4-nmax0.log"));
+    assert_eq!(common::summary_number(&summary, " drafts, "), 0, "tokens drafted: {summary}");
+    assert!(common::summary_number(&summary, "kolm-rsd: ") > 0, "the plugin was never asked: {summary}");
 }
 
 /// What llama-server logs at start when strict batching meets a sliding-window model in one KV cache shared by

@@ -72,8 +72,9 @@ pub unsafe extern "C" fn llama_spec_plugin_init(params: *const LlamaSpecPluginPa
         let (path, arg) = unsafe { (c_str(p.model_path, "model_path")?, c_str(p.arg, "arg")?) };
         let mut cfg = EngineConfig::from_plugin_arg(arg, path).map_err(|e| FfiError::invalid(e.to_string()))?;
         cfg.n_seq = p.n_seq.max(1) as usize;
-        // The host's limit caps `nmax=` of --spec-plugin-arg (default: as long as a verify stays exact).
-        cfg.n_max = cfg.n_max.min(usize::try_from(p.n_max).unwrap_or(0)).max(1).min(cfg.n_max_cap());
+        // The host's limit caps `nmax=` of --spec-plugin-arg (default: as long as a verify stays exact); 0 keeps the
+        // plugin's bookkeeping and drafts nothing, the fixed cost of the plugin path on its own.
+        cfg.n_max = cfg.n_max.min(usize::try_from(p.n_max).unwrap_or(0)).min(cfg.n_max_cap());
         if !p.ctx.is_null() {
             // SAFETY: the host's target context is live for the plugin's lifetime; plain reads.
             unsafe {
