@@ -48,6 +48,8 @@ pub struct ServerOptions {
     pub threads: Option<u32>,
     /// Where llama-server's own log goes.
     pub log: PathBuf,
+    /// Environment variables set for the server (e.g. the call log of patch 0022).
+    pub env: Vec<(String, PathBuf)>,
 }
 
 impl ServerOptions {
@@ -61,6 +63,7 @@ impl ServerOptions {
             n_ctx: 4096,
             threads: None,
             log: log.to_path_buf(),
+            env: Vec::new(),
         }
     }
 }
@@ -142,6 +145,7 @@ impl Server {
             cmd.arg("--spec-plugin-arg").arg(a);
         }
         cmd.args(&opts.extra);
+        cmd.envs(opts.env.iter().map(|(k, v)| (k, v)));
         cmd.stdin(Stdio::null()).stdout(log.try_clone().map_err(|e| ServerError::Start(e.to_string()))?).stderr(log);
         #[cfg(target_os = "linux")]
         {

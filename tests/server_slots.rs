@@ -10,6 +10,7 @@
 
 mod common;
 
+use kolm_rsd::bench::calls::CALL_LOG_ENV;
 use kolm_rsd::compile::templated;
 use kolm_rsd::llama::{Model, ModelOptions};
 use kolm_rsd::server::{Server, ServerOptions};
@@ -72,9 +73,13 @@ fn four_concurrent_clients_match_requests_served_alone() {
     let mut plain4 = ServerOptions::new(&common::smol(), &dir.join("np4-strict.log"));
     plain4.n_parallel = 4;
     plain4.extra = vec!["--strict-batching".into()];
+    // The call log (patch 0022) the load benchmark reads the machine's speed from.
+    plain4.env = vec![(CALL_LOG_ENV.into(), dir.join("np4-strict-calls.tsv"))];
     let server = Server::start(&plain4).unwrap();
     let got = concurrently(&server, &prompts);
     server.stop();
+    let calls = kolm_rsd::bench::calls::read(&dir.join("np4-strict-calls.tsv"), 4).unwrap().expect("a call of one token from each of 4 slots");
+    assert!(calls.calls > 8 && calls.unit_ms > 0.0 && calls.decode_s > 0.0, "{calls:?}");
     let log = std::fs::read_to_string(dir.join("np4-strict.log")).unwrap();
     assert!(log.contains("strict batching: prompts decoded alone"), "strict batching is not on:\n{log}");
     for (i, (g, r)) in got.iter().zip(&reference).enumerate() {

@@ -6,6 +6,7 @@
 
 use super::load_ceiling::{self, LoadCeiling, LoadCosts};
 use super::paired::{paired, Paired};
+use super::calls;
 use super::steps::{self, InPlace};
 use super::Observer;
 use crate::load::served::{self, Side};
@@ -155,6 +156,12 @@ pub struct LoadRow {
     pub slowest: Vec<Slow>,
     /// Per round, what its steps took by the plugin's step log (`--step-log`; None where there was none).
     pub in_place: Vec<Option<InPlace>>,
+    /// Per round, the machine's speed in it: the median decode call of one token from every slot (ms; llama-server's
+    /// call log, None where it had no such call).
+    pub round_unit_ms: Vec<Option<f64>>,
+    /// As `paired`, each round's rate taken at one machine speed (times its own unit): what the configuration did,
+    /// with the machine's drift between the rounds taken out (None for plain, or where a round had no unit).
+    pub paired_at_speed: Option<Paired>,
 }
 
 /// One slow request of a row.
@@ -243,10 +250,16 @@ fn server_options(o: &LoadOptions, c: LoadConfig, slots: u32, round: usize) -> S
         }
         LoadConfig::NgramSimple => s.extra.extend(["--spec-type".to_string(), "ngram-simple".to_string()]),
     }
+    s.env.push((calls::CALL_LOG_ENV.into(), call_log_path(o, c, slots, round)));
     if let Some(arg) = s.plugin_arg.as_mut().filter(|_| o.step_log) {
         arg.push_str(&format!(",steplog={}", step_log_path(o, c, slots, round).display()));
     }
     s
+}
+
+/// Where llama-server logs a run's decode calls (patch 0022): every configuration's machine speed.
+fn call_log_path(o: &LoadOptions, c: LoadConfig, slots: u32, round: usize) -> PathBuf {
+    o.out.join(format!("calls-np{slots}-{}-r{}.tsv", c.name(), round + 1))
 }
 
 fn step_log_path(o: &LoadOptions, c: LoadConfig, slots: u32, round: usize) -> PathBuf {
@@ -273,6 +286,7 @@ pub fn run(workloads: &[Prompts], o: &LoadOptions, obs: &dyn Observer) -> Result
     for &slots in &o.slots {
         let mut sides: Vec<Vec<Side>> = o.configs.iter().map(|_| Vec::new()).collect();
         let mut in_place: Vec<Vec<Option<InPlace>>> = o.configs.iter().map(|_| Vec::new()).collect();
+        let mut units: Vec<Vec<Option<f64>>> = o.configs.iter().map(|_| Vec::new()).collect();
         for round in 0..o.repeat.max(1) {
             let mut order: Vec<usize> = (0..o.configs.len()).collect();
             if round % 2 == 1 {
@@ -293,14 +307,19 @@ pub fn run(workloads: &[Prompts], o: &LoadOptions, obs: &dyn Observer) -> Result
                     })
                 });
                 in_place[i].push(steps);
+                let unit = calls::read(&call_log_path(o, c, slots, round), slots as usize).unwrap_or_else(|e| {
+                    obs.note(&format!("call log not read: {e}"));
+                    None
+                });
+                units[i].push(unit.map(|u| u.unit_ms));
                 obs.step(&format!("-np {slots} {} round {}: {:.1} tok/s", c.name(), round + 1, side.tok_per_s()));
                 sides[i].push(side);
             }
         }
         let base = pooled_rate(&sides[0]);
         let first = rows.len();
-        for ((c, s), steps) in o.configs.iter().zip(&sides).zip(in_place) {
-            rows.push(LoadRow { in_place: steps, ..row(s, &requests, &alone, slots, *c, base) });
+        for (((c, s), steps), unit) in o.configs.iter().zip(&sides).zip(in_place).zip(units) {
+            rows.push(LoadRow { in_place: steps, round_unit_ms: unit, ..row(s, &requests, &alone, slots, *c, base) });
         }
         pair_with_plain(&mut rows[first..]);
         let prompts: Vec<u64> =
@@ -319,7 +338,13 @@ fn pair_with_plain(rows: &mut [LoadRow]) {
             let below = r.round_p99_s.iter().zip(&plain.round_p99_s).filter(|(k, b)| k <= b).count();
             (p, below)
         });
+        r.paired_at_speed = at_speed(plain).zip(at_speed(r)).and_then(|(b, x)| paired(&b, &x));
     }
+}
+
+/// Each round's rate times its unit (tokens per one-token call of every slot); None unless every round has one.
+fn at_speed(r: &LoadRow) -> Option<Vec<f64>> {
+    r.round_tok_per_s.iter().zip(&r.round_unit_ms).map(|(rate, unit)| unit.map(|u| rate * u)).collect::<Option<Vec<_>>>().filter(|v| v.len() == r.round_tok_per_s.len())
 }
 
 /// Fills in the ceiling of every row that drafted; returns what each slot count's ceilings rest on.
@@ -446,6 +471,27 @@ fn row(sides: &[Side], requests: &[Request], alone: &std::collections::HashMap<s
         ceiling: None,
         slowest,
         in_place: Vec::new(),
+        round_unit_ms: Vec::new(),
+        paired_at_speed: None,
+    }
+}
+
+/// The ratios again with each round at one machine speed, and every round's unit beside them.
+fn at_speed_lines(s: &mut String, rows: &[LoadRow]) {
+    if rows.iter().all(|r| r.round_unit_ms.iter().all(Option::is_none)) {
+        return;
+    }
+    let _ = writeln!(
+        s,
+        "\nAt one machine speed: each round's rate times its unit, the median decode call of one token from every slot \
+         (llama-server's call log, patch 0022; the same work in every configuration), then as above. Units by round:"
+    );
+    for r in rows {
+        let units: Vec<String> = r.round_unit_ms.iter().map(|u| u.map_or("–".into(), |u| format!("{u:.1}"))).collect();
+        let ratio = r.paired_at_speed.as_ref().map_or(String::new(), |p| {
+            format!(": {:.3}× (95% interval {:.3}–{:.3}×, {} rounds)", p.mean, p.lo, p.hi, p.rounds)
+        });
+        let _ = writeln!(s, "- -np {} {} (ms {}){ratio}", r.slots, r.config, units.join(", "));
     }
 }
 
@@ -557,6 +603,7 @@ pub fn markdown(rows: &[LoadRow], bases: &[CeilingBasis], o: &LoadOptions) -> St
         let _ = writeln!(s, "\nEach round against plain's round beside it (ABBA order), the rates' ratio as a geometric mean over the rounds:");
         let _ = writeln!(s, "{}", pairs.join("\n"));
     }
+    at_speed_lines(&mut s, rows);
     let _ = writeln!(s, "\nSlowest requests (time to last token, of it in a slot, sent at into the round, tokens, drafted / accepted):");
     for r in rows {
         let slow: Vec<String> = r
@@ -751,6 +798,27 @@ mod tests {
         let mut one = vec![row(&[side(10.0, 2.0)], &reqs, &HashMap::new(), 8, LoadConfig::Plain, 1.0), row(&[side(9.0, 2.0)], &reqs, &HashMap::new(), 8, LoadConfig::Kolm, 1.0)];
         pair_with_plain(&mut one);
         assert!(one[1].paired.is_none() && !markdown(&one, &[], &opts()).contains("Each round against"), "one round: nothing to pair");
+    }
+
+    #[test]
+    fn at_one_machine_speed_a_round_run_on_a_faster_machine_gains_nothing_from_it() {
+        let reqs = plan(&workloads(&[("structured", &["s"])]), &opts());
+        let side = |wall: f64| one_answer(100, wall, 1.0);
+        // Plain's rounds: 10 tok/s with a 100 ms unit. kolm's first round ran while the machine was faster (a 60 ms
+        // unit) at 15 tok/s, its second at plain's speed at 11 tok/s: 1.28× as rates, 0.995× at one speed.
+        let plain = LoadRow { round_unit_ms: vec![Some(100.0), Some(100.0)], ..row(&[side(10.0), side(10.0)], &reqs, &HashMap::new(), 4, LoadConfig::Plain, 1.0) };
+        let kolm = |units: Vec<Option<f64>>| LoadRow { round_unit_ms: units, ..row(&[side(100.0 / 15.0), side(100.0 / 11.0)], &reqs, &HashMap::new(), 4, LoadConfig::Kolm, 1.0) };
+        let (untimed, kolm) = (kolm(vec![Some(60.0), None]), kolm(vec![Some(60.0), Some(100.0)]));
+        let mut rows = vec![plain, kolm, untimed];
+        pair_with_plain(&mut rows);
+        assert!((rows[1].paired.as_ref().unwrap().0.mean - (1.5f64 * 1.1).sqrt()).abs() < 1e-9);
+        let p = rows[1].paired_at_speed.as_ref().unwrap();
+        assert!((p.mean - (0.9f64 * 1.1).sqrt()).abs() < 1e-9, "{p:?}");
+        assert!(rows[0].paired_at_speed.is_none() && rows[2].paired_at_speed.is_none(), "plain, and a round without a unit");
+        let md = markdown(&rows, &[], &opts());
+        assert!(md.contains("- -np 4 plain (ms 100.0, 100.0)\n"), "{md}");
+        assert!(md.contains("- -np 4 kolm (ms 60.0, 100.0): 0.995× (95% interval"), "{md}");
+        assert!(md.contains("- -np 4 kolm (ms 60.0, –)\n"), "{md}");
     }
 
     #[test]

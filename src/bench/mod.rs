@@ -8,6 +8,7 @@
 //! ([`report`]). [`load`] is the other mode: many clients at once, at several slot counts; [`compile`] sets the
 //! pack compile's throughput beside llama-batched-bench's.
 
+pub mod calls;
 pub mod ceiling;
 pub mod compile;
 pub mod config;

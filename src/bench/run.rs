@@ -174,6 +174,7 @@ pub fn run_interleaved(spec: &RunSpec, configs: &[Config], obs: &dyn Observer) -
             n_ctx: spec.n_ctx,
             threads: spec.threads,
             log: log.to_path_buf(),
+            env: Vec::new(),
         };
         if c.kind == ConfigKind::LiveKept {
             // Each start learns anew from the warm-up traffic only, never from an earlier pass's measured prompts.
