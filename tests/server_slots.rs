@@ -60,6 +60,18 @@ fn eight_prompts() -> Vec<String> {
     all.iter().skip(1).step_by(6).take(8).map(|p| templated(&model, &p.text)).collect()
 }
 
+/// Serves `prompts` from 4 clients at once on a server started with `opts`, holds each answer to `reference`
+/// (plain `-np 1`), and returns the server's log.
+fn match_alone(opts: &ServerOptions, prompts: &[String], reference: &[String], what: &str) -> String {
+    let server = Server::start(opts).unwrap();
+    let got = concurrently(&server, prompts);
+    server.stop();
+    for (i, (g, r)) in got.iter().zip(reference).enumerate() {
+        assert_eq!(g, r, "prompt {i}: {what} differs from plain -np 1");
+    }
+    std::fs::read_to_string(&opts.log).unwrap()
+}
+
 #[test]
 fn four_concurrent_clients_match_requests_served_alone() {
     let _serial = common::one_at_a_time();
@@ -75,16 +87,10 @@ fn four_concurrent_clients_match_requests_served_alone() {
     plain4.extra = vec!["--strict-batching".into()];
     // The call log (patch 0022) the load benchmark reads the machine's speed from.
     plain4.env = vec![(CALL_LOG_ENV.into(), dir.join("np4-strict-calls.tsv"))];
-    let server = Server::start(&plain4).unwrap();
-    let got = concurrently(&server, &prompts);
-    server.stop();
+    let log = match_alone(&plain4, &prompts, &reference, "plain -np 4 with --strict-batching and 4 clients");
     let calls = kolm_rsd::bench::calls::read(&dir.join("np4-strict-calls.tsv"), 4).unwrap().expect("a call of one token from each of 4 slots");
     assert!(calls.calls > 8 && calls.unit_ms > 0.0 && calls.decode_s > 0.0, "{calls:?}");
-    let log = std::fs::read_to_string(dir.join("np4-strict.log")).unwrap();
     assert!(log.contains("strict batching: prompts decoded alone"), "strict batching is not on:\n{log}");
-    for (i, (g, r)) in got.iter().zip(&reference).enumerate() {
-        assert_eq!(g, r, "prompt {i}: plain -np 4 with --strict-batching and 4 clients differs from -np 1");
-    }
 
     // kolm-rsd with 4 slots and 4 clients, drafting at every step: strict batching is on by default.
     let mut spec4 = ServerOptions::new(&common::smol(), &dir.join("np4-plugin.log"));
@@ -92,15 +98,9 @@ fn four_concurrent_clients_match_requests_served_alone() {
     spec4.plugin = Some(common::plugin());
     // 4 slots × (1 + 5 drafted) = 24 tokens > 16: the generation runs are cut into two calls.
     spec4.plugin_arg = Some(format!("adaptive=0,nmax=5,live=mem,misslog=off,pack={}", common::small_pack().display()));
-    let server = Server::start(&spec4).unwrap();
-    let got = concurrently(&server, &prompts);
-    server.stop();
-    for (i, (g, r)) in got.iter().zip(&reference).enumerate() {
-        assert_eq!(g, r, "prompt {i}: kolm-rsd -np 4 with 4 clients differs from plain -np 1");
-    }
+    let log = match_alone(&spec4, &prompts, &reference, "kolm-rsd -np 4 with 4 clients");
     let summary = common::plugin_summary(&dir.join("np4-plugin.log"));
     assert!(common::summary_number(&summary, " drafted, ") > 0, "nothing was drafted: {summary}");
-    let log = std::fs::read_to_string(dir.join("np4-plugin.log")).unwrap();
     assert!(!log.contains(NO_PAGE_WARNING), "a KV stream per slot was placed in pages:\n{log}");
 
     // The same with the slots sharing one KV cache (`-kvu`, llama-server's layout when `-np` is not given):
@@ -108,13 +108,7 @@ fn four_concurrent_clients_match_requests_served_alone() {
     let mut shared4 = spec4.clone();
     shared4.log = dir.join("np4-kvu-plugin.log");
     shared4.extra = vec!["-kvu".into()];
-    let server = Server::start(&shared4).unwrap();
-    let got = concurrently(&server, &prompts);
-    server.stop();
-    for (i, (g, r)) in got.iter().zip(&reference).enumerate() {
-        assert_eq!(g, r, "prompt {i}: kolm-rsd -np 4 -kvu with 4 clients differs from plain -np 1");
-    }
-    let log = std::fs::read_to_string(dir.join("np4-kvu-plugin.log")).unwrap();
+    let log = match_alone(&shared4, &prompts, &reference, "kolm-rsd -np 4 -kvu with 4 clients");
     assert!(log.contains("kv_unified = 'true'"), "the slots do not share one cache:\n{log}");
     assert!(!log.contains(NO_PAGE_WARNING), "a sequence found no page:\n{log}");
 
@@ -124,12 +118,7 @@ fn four_concurrent_clients_match_requests_served_alone() {
     idle4.n_parallel = 4;
     idle4.plugin = Some(common::plugin());
     idle4.plugin_arg = Some(format!("context=0,live=off,misslog=off,pack={}", never_hitting_pack(&dir).display()));
-    let server = Server::start(&idle4).unwrap();
-    let got = concurrently(&server, &prompts);
-    server.stop();
-    for (i, (g, r)) in got.iter().zip(&reference).enumerate() {
-        assert_eq!(g, r, "prompt {i}: kolm-rsd -np 4 with a pack that never hits differs from plain -np 1");
-    }
+    match_alone(&idle4, &prompts, &reference, "kolm-rsd -np 4 with a pack that never hits");
     let summary = common::plugin_summary(&dir.join("np4-never.log"));
     assert!(summary.contains("pack hits 0 literal + 0 shape"), "{summary}");
     assert_eq!(common::summary_number(&summary, " drafts, "), 0, "tokens drafted: {summary}");
@@ -140,13 +129,7 @@ fn four_concurrent_clients_match_requests_served_alone() {
     let mut off4 = spec4.clone();
     off4.log = dir.join("np4-nmax0.log");
     off4.plugin_arg = Some(format!("nmax=0,live=mem,misslog=off,pack={}", common::small_pack().display()));
-    let server = Server::start(&off4).unwrap();
-    let got = concurrently(&server, &prompts);
-    server.stop();
-    for (i, (g, r)) in got.iter().zip(&reference).enumerate() {
-        assert_eq!(g, r, "prompt {i}: kolm-rsd -np 4 with nmax=0 differs from plain -np 1");
-    }
-    let log = std::fs::read_to_string(dir.join("np4-nmax0.log")).unwrap();
+    let log = match_alone(&off4, &prompts, &reference, "kolm-rsd -np 4 with nmax=0");
     assert!(log.contains("drafting nothing (nmax=0)"), "the plugin does not say it drafts nothing:\n{log}");
     let summary = common::plugin_summary(&dir.join("np4-nmax0.log"));
     assert_eq!(common::summary_number(&summary, " drafts, "), 0, "tokens drafted: {summary}");
