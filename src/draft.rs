@@ -156,6 +156,11 @@ impl Drafter {
         self
     }
 
+    /// The longest draft proposed (0: every call does its bookkeeping and drafts nothing).
+    pub fn max_draft(&self) -> usize {
+        self.cfg.max_draft
+    }
+
     /// The live index, when one is attached.
     pub fn live(&self) -> Option<&Live> {
         self.live.as_ref()

@@ -401,8 +401,6 @@ pub struct Engine {
     /// The draft model asked for, and the ggml backend its head runs on.
     draft: Option<(DraftChoice, String)>,
     n_seq: usize,
-    /// The longest draft proposed (0: the plugin's bookkeeping runs and nothing is drafted).
-    n_max: usize,
     pack: Option<(PathBuf, usize)>,
     miss_log: Option<MissLog>,
     misses: Vec<Miss>,
@@ -499,7 +497,6 @@ impl Engine {
             drafter,
             draft: cfg.draft.clone().zip(head_backend),
             n_seq: cfg.n_seq,
-            n_max: cfg.n_max.min(cfg.n_max_cap()),
             pack,
             miss_log: cfg.miss_log.map(|p| MissLog::new(p, cfg.miss_log_cap)),
             misses: Vec::new(),
@@ -623,7 +620,7 @@ impl Engine {
             ),
         };
         let steps = self.steps.as_ref().map_or(String::new(), |l| format!(", steps logged to {}", l.path().display()));
-        let drafts = match self.n_max {
+        let drafts = match self.drafter.max_draft() {
             0 => "drafting nothing (nmax=0)".into(),
             n => format!("drafts of at most {n}"),
         };
