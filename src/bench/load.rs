@@ -162,6 +162,9 @@ pub struct LoadRow {
     /// As `paired`, each round's rate taken at one machine speed (times its own unit): what the configuration did,
     /// with the machine's drift between the rounds taken out (None for plain, or where a round had no unit).
     pub paired_at_speed: Option<Paired>,
+    /// In how many rounds p99 was at or below plain's with each round's p99 taken in its own units (a tail is a
+    /// wait, and a wait is as long as the machine is slow; None as for `paired_at_speed`).
+    pub p99_below_at_speed: Option<usize>,
 }
 
 /// One slow request of a row.
@@ -338,13 +341,17 @@ fn pair_with_plain(rows: &mut [LoadRow]) {
             let below = r.round_p99_s.iter().zip(&plain.round_p99_s).filter(|(k, b)| k <= b).count();
             (p, below)
         });
-        r.paired_at_speed = at_speed(plain).zip(at_speed(r)).and_then(|(b, x)| paired(&b, &x));
+        let rate = |r: &LoadRow| in_units(&r.round_tok_per_s, &r.round_unit_ms, |rate, unit| rate * unit);
+        r.paired_at_speed = rate(plain).zip(rate(r)).and_then(|(b, x)| paired(&b, &x));
+        let p99 = |r: &LoadRow| in_units(&r.round_p99_s, &r.round_unit_ms, |p99, unit| p99 / unit);
+        r.p99_below_at_speed = p99(plain).zip(p99(r)).map(|(b, x)| x.iter().zip(&b).filter(|(k, b)| k <= b).count());
     }
 }
 
-/// Each round's rate times its unit (tokens per one-token call of every slot); None unless every round has one.
-fn at_speed(r: &LoadRow) -> Option<Vec<f64>> {
-    r.round_tok_per_s.iter().zip(&r.round_unit_ms).map(|(rate, unit)| unit.map(|u| rate * u)).collect::<Option<Vec<_>>>().filter(|v| v.len() == r.round_tok_per_s.len())
+/// Each round's value taken at one machine speed by its unit (a rate times it: tokens per one-token call of every
+/// slot; a time over it: such calls); None unless every round has a unit.
+fn in_units(values: &[f64], units: &[Option<f64>], f: impl Fn(f64, f64) -> f64) -> Option<Vec<f64>> {
+    values.iter().zip(units).map(|(&v, unit)| unit.map(|u| f(v, u))).collect::<Option<Vec<_>>>().filter(|v| v.len() == values.len())
 }
 
 /// Fills in the ceiling of every row that drafted; returns what each slot count's ceilings rest on.
@@ -473,6 +480,7 @@ fn row(sides: &[Side], requests: &[Request], alone: &std::collections::HashMap<s
         in_place: Vec::new(),
         round_unit_ms: Vec::new(),
         paired_at_speed: None,
+        p99_below_at_speed: None,
     }
 }
 
@@ -489,7 +497,8 @@ fn at_speed_lines(s: &mut String, rows: &[LoadRow]) {
     for r in rows {
         let units: Vec<String> = r.round_unit_ms.iter().map(|u| u.map_or("–".into(), |u| format!("{u:.1}"))).collect();
         let ratio = r.paired_at_speed.as_ref().map_or(String::new(), |p| {
-            format!(": {:.3}× (95% interval {:.3}–{:.3}×, {} rounds)", p.mean, p.lo, p.hi, p.rounds)
+            let below = r.p99_below_at_speed.map_or(String::new(), |k| format!("; p99 at or below plain's in {k} of {}", p.rounds));
+            format!(": {:.3}× (95% interval {:.3}–{:.3}×, {} rounds){below}", p.mean, p.lo, p.hi, p.rounds)
         });
         let _ = writeln!(s, "- -np {} {} (ms {}){ratio}", r.slots, r.config, units.join(", "));
     }
@@ -817,7 +826,11 @@ mod tests {
         assert!(rows[0].paired_at_speed.is_none() && rows[2].paired_at_speed.is_none(), "plain, and a round without a unit");
         let md = markdown(&rows, &[], &opts());
         assert!(md.contains("- -np 4 plain (ms 100.0, 100.0)\n"), "{md}");
+        // Every request took 1 s: as long as plain's in seconds, but 1/60 of kolm's faster first round against
+        // 1/100 of plain's, so its tail was longer at one speed in that round.
+        assert_eq!((rows[1].paired.as_ref().unwrap().1, rows[1].p99_below_at_speed), (2, Some(1)));
         assert!(md.contains("- -np 4 kolm (ms 60.0, 100.0): 0.995× (95% interval"), "{md}");
+        assert!(md.contains("2 rounds); p99 at or below plain's in 1 of 2\n"), "{md}");
         assert!(md.contains("- -np 4 kolm (ms 60.0, –)\n"), "{md}");
     }
 
