@@ -165,6 +165,10 @@ pub struct LoadRow {
     /// In how many rounds p99 was at or below plain's with each round's p99 taken in its own units (a tail is a
     /// wait, and a wait is as long as the machine is slow; None as for `paired_at_speed`).
     pub p99_below_at_speed: Option<usize>,
+    /// Its units against plain's, paired as the rates are: one speed assumes the configuration's one-token calls
+    /// cost what plain's do. Where they cost more in every pairing it may be its own cost (which the rates' ratio
+    /// counts and the one at one speed takes out) or the machine's drift: session 72 saw both at `-np 8`.
+    pub unit_vs_plain: Option<Paired>,
 }
 
 /// One slow request of a row.
@@ -341,6 +345,8 @@ fn pair_with_plain(rows: &mut [LoadRow]) {
             let below = r.round_p99_s.iter().zip(&plain.round_p99_s).filter(|(k, b)| k <= b).count();
             (p, below)
         });
+        let units = |r: &LoadRow| r.round_unit_ms.iter().copied().collect::<Option<Vec<f64>>>();
+        r.unit_vs_plain = units(plain).zip(units(r)).and_then(|(b, x)| paired(&b, &x));
         let rate = |r: &LoadRow| in_units(&r.round_tok_per_s, &r.round_unit_ms, |rate, unit| rate * unit);
         r.paired_at_speed = rate(plain).zip(rate(r)).and_then(|(b, x)| paired(&b, &x));
         let p99 = |r: &LoadRow| in_units(&r.round_p99_s, &r.round_unit_ms, |p99, unit| p99 / unit);
@@ -481,6 +487,7 @@ fn row(sides: &[Side], requests: &[Request], alone: &std::collections::HashMap<s
         round_unit_ms: Vec::new(),
         paired_at_speed: None,
         p99_below_at_speed: None,
+        unit_vs_plain: None,
     }
 }
 
@@ -500,7 +507,11 @@ fn at_speed_lines(s: &mut String, rows: &[LoadRow]) {
             let below = r.p99_below_at_speed.map_or(String::new(), |k| format!("; p99 at or below plain's in {k} of {}", p.rounds));
             format!(": {:.3}× (95% interval {:.3}–{:.3}×, {} rounds){below}", p.mean, p.lo, p.hi, p.rounds)
         });
-        let _ = writeln!(s, "- -np {} {} (ms {}){ratio}", r.slots, r.config, units.join(", "));
+        let units_against = r.unit_vs_plain.as_ref().map_or(String::new(), |u| {
+            let own = if u.lo > 1.0 { " (above plain's in every pairing: if that is a cost of its own and not the machine's drift, the rates' ratio is the one to read)" } else { "" };
+            format!("; its units × plain's {:.3}× ({:.3}–{:.3}×){own}", u.mean, u.lo, u.hi)
+        });
+        let _ = writeln!(s, "- -np {} {} (ms {}){ratio}{units_against}", r.slots, r.config, units.join(", "));
     }
 }
 
@@ -830,8 +841,25 @@ mod tests {
         // 1/100 of plain's, so its tail was longer at one speed in that round.
         assert_eq!((rows[1].paired.as_ref().unwrap().1, rows[1].p99_below_at_speed), (2, Some(1)));
         assert!(md.contains("- -np 4 kolm (ms 60.0, 100.0): 0.995× (95% interval"), "{md}");
-        assert!(md.contains("2 rounds); p99 at or below plain's in 1 of 2\n"), "{md}");
+        assert!(md.contains("2 rounds); p99 at or below plain's in 1 of 2; its units × plain's 0.775× ("), "{md}");
         assert!(md.contains("- -np 4 kolm (ms 60.0, –)\n"), "{md}");
+        assert!(!md.contains("in every pairing"), "a faster round is the machine's: {md}");
+    }
+
+    #[test]
+    fn calls_slower_than_plain_s_in_every_pairing_are_flagged() {
+        let reqs = plan(&workloads(&[("structured", &["s"])]), &opts());
+        let side = |wall: f64| one_answer(100, wall, 1.0);
+        let timed = |c, units: Vec<f64>| LoadRow { round_unit_ms: units.into_iter().map(Some).collect(), ..row(&[side(10.0), side(10.0)], &reqs, &HashMap::new(), 8, c, 1.0) };
+        // kolm's one-token calls took 10% longer than plain's beside them in both rounds: its rates equal plain's,
+        // so at one speed it reads 1.10×: a gain made of its own slowness, if that is what the slower calls are.
+        let mut rows = vec![timed(LoadConfig::Plain, vec![100.0, 90.0]), timed(LoadConfig::Kolm, vec![110.0, 99.2])];
+        pair_with_plain(&mut rows);
+        let u = rows[1].unit_vs_plain.as_ref().unwrap();
+        assert!(u.lo > 1.0 && (u.mean - 1.1).abs() < 0.01, "{u:?}");
+        let md = markdown(&rows, &[], &opts());
+        assert!(md.contains("its units × plain's 1.10"), "{md}");
+        assert!(md.contains("above plain's in every pairing: if that is a cost of its own"), "{md}");
     }
 
     #[test]
