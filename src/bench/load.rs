@@ -341,18 +341,21 @@ pub fn run(workloads: &[Prompts], o: &LoadOptions, obs: &dyn Observer) -> Result
 /// Pairs every row after the first (plain) with plain round by round.
 fn pair_with_plain(rows: &mut [LoadRow]) {
     let Some((plain, others)) = rows.split_first_mut() else { return };
+    let units = |r: &LoadRow| r.round_unit_ms.iter().copied().collect::<Option<Vec<f64>>>();
+    let rate = |r: &LoadRow| in_units(&r.round_tok_per_s, &r.round_unit_ms, |rate, unit| rate * unit);
+    let p99 = |r: &LoadRow| in_units(&r.round_p99_s, &r.round_unit_ms, |p99, unit| p99 / unit);
+    let (plain_units, plain_rate, plain_p99) = (units(plain), rate(plain), p99(plain));
     for r in others {
-        r.paired = paired(&plain.round_tok_per_s, &r.round_tok_per_s).map(|p| {
-            let below = r.round_p99_s.iter().zip(&plain.round_p99_s).filter(|(k, b)| k <= b).count();
-            (p, below)
-        });
-        let units = |r: &LoadRow| r.round_unit_ms.iter().copied().collect::<Option<Vec<f64>>>();
-        r.unit_vs_plain = units(plain).zip(units(r)).and_then(|(b, x)| paired(&b, &x));
-        let rate = |r: &LoadRow| in_units(&r.round_tok_per_s, &r.round_unit_ms, |rate, unit| rate * unit);
-        r.paired_at_speed = rate(plain).zip(rate(r)).and_then(|(b, x)| paired(&b, &x));
-        let p99 = |r: &LoadRow| in_units(&r.round_p99_s, &r.round_unit_ms, |p99, unit| p99 / unit);
-        r.p99_below_at_speed = p99(plain).zip(p99(r)).map(|(b, x)| x.iter().zip(&b).filter(|(k, b)| k <= b).count());
+        r.paired = paired(&plain.round_tok_per_s, &r.round_tok_per_s).map(|p| (p, at_or_below(&r.round_p99_s, &plain.round_p99_s)));
+        r.unit_vs_plain = plain_units.as_ref().zip(units(r)).and_then(|(b, x)| paired(b, &x));
+        r.paired_at_speed = plain_rate.as_ref().zip(rate(r)).and_then(|(b, x)| paired(b, &x));
+        r.p99_below_at_speed = plain_p99.as_ref().zip(p99(r)).map(|(b, x)| at_or_below(&x, b));
     }
+}
+
+/// In how many rounds a p99 was at or below plain's round beside it.
+fn at_or_below(p99: &[f64], plain: &[f64]) -> usize {
+    p99.iter().zip(plain).filter(|(k, b)| k <= b).count()
 }
 
 /// Each round's value taken at one machine speed by its unit (a rate times it: tokens per one-token call of every
