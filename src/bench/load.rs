@@ -5,7 +5,7 @@
 //! the prompt served alone without speculation. The prompts are held out from the pack ([`crate::workload::split`]).
 
 use super::load_ceiling::{self, LoadCeiling, LoadCosts};
-use super::paired::{paired, Paired};
+use super::paired::{Paired, Plain, Rounds};
 use super::calls;
 use super::steps::{self, InPlace};
 use super::Observer;
@@ -341,27 +341,17 @@ pub fn run(workloads: &[Prompts], o: &LoadOptions, obs: &dyn Observer) -> Result
 /// Pairs every row after the first (plain) with plain round by round.
 fn pair_with_plain(rows: &mut [LoadRow]) {
     let Some((plain, others)) = rows.split_first_mut() else { return };
-    let units = |r: &LoadRow| r.round_unit_ms.iter().copied().collect::<Option<Vec<f64>>>();
-    let rate = |r: &LoadRow| in_units(&r.round_tok_per_s, &r.round_unit_ms, |rate, unit| rate * unit);
-    let p99 = |r: &LoadRow| in_units(&r.round_p99_s, &r.round_unit_ms, |p99, unit| p99 / unit);
-    let (plain_units, plain_rate, plain_p99) = (units(plain), rate(plain), p99(plain));
+    let plain = Plain::new(plain.rounds());
     for r in others {
-        r.paired = paired(&plain.round_tok_per_s, &r.round_tok_per_s).map(|p| (p, at_or_below(&r.round_p99_s, &plain.round_p99_s)));
-        r.unit_vs_plain = plain_units.as_ref().zip(units(r)).and_then(|(b, x)| paired(b, &x));
-        r.paired_at_speed = plain_rate.as_ref().zip(rate(r)).and_then(|(b, x)| paired(b, &x));
-        r.p99_below_at_speed = plain_p99.as_ref().zip(p99(r)).map(|(b, x)| at_or_below(&x, b));
+        let a = plain.against(&r.rounds());
+        (r.paired, r.unit_vs_plain, r.paired_at_speed, r.p99_below_at_speed) = (a.paired, a.unit_vs_plain, a.paired_at_speed, a.p99_below_at_speed);
     }
 }
 
-/// In how many rounds a p99 was at or below plain's round beside it.
-fn at_or_below(p99: &[f64], plain: &[f64]) -> usize {
-    p99.iter().zip(plain).filter(|(k, b)| k <= b).count()
-}
-
-/// Each round's value taken at one machine speed by its unit (a rate times it: tokens per one-token call of every
-/// slot; a time over it: such calls); None unless every round has a unit.
-fn in_units(values: &[f64], units: &[Option<f64>], f: impl Fn(f64, f64) -> f64) -> Option<Vec<f64>> {
-    values.iter().zip(units).map(|(&v, unit)| unit.map(|u| f(v, u))).collect::<Option<Vec<_>>>().filter(|v| v.len() == values.len())
+impl LoadRow {
+    fn rounds(&self) -> Rounds<'_> {
+        Rounds { tok_per_s: &self.round_tok_per_s, p99_s: &self.round_p99_s, unit_ms: &self.round_unit_ms }
+    }
 }
 
 /// Fills in the ceiling of every row that drafted; returns what each slot count's ceilings rest on.

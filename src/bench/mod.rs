@@ -16,6 +16,7 @@ pub mod load;
 pub mod load_ceiling;
 pub mod lookup_cache;
 pub mod paired;
+pub mod pool;
 pub mod prep;
 pub mod report;
 pub mod run;

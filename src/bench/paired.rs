@@ -30,6 +30,78 @@ pub fn paired(base: &[f64], other: &[f64]) -> Option<Paired> {
     Some(Paired { rounds: n, mean: mean.exp(), lo: (mean - half).exp(), hi: (mean + half).exp() })
 }
 
+/// A configuration's rounds as `bench --load` reports them, in round order: each round's rate, its p99 and its unit
+/// (the median decode call of one token from every slot, the machine's speed in that round; None where there was
+/// no such call).
+pub struct Rounds<'a> {
+    pub tok_per_s: &'a [f64],
+    pub p99_s: &'a [f64],
+    pub unit_ms: &'a [Option<f64>],
+}
+
+/// A configuration against plain, round by round.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AgainstPlain {
+    /// The rates' ratio, and in how many rounds p99 was at or below plain's (None with fewer than two rounds).
+    pub paired: Option<(Paired, usize)>,
+    /// Its units against plain's: reading at one speed assumes its one-token calls cost what plain's do.
+    pub unit_vs_plain: Option<Paired>,
+    /// The rates' ratio with each round taken at one machine speed (its rate times its unit).
+    pub paired_at_speed: Option<Paired>,
+    /// In how many rounds p99 was at or below plain's, each in its own round's units (a tail is a wait, and a wait
+    /// is as long as the machine is slow).
+    pub p99_below_at_speed: Option<usize>,
+}
+
+/// Plain's rounds, with their readings at one speed computed once for every configuration paired with them.
+pub struct Plain<'a> {
+    rounds: Rounds<'a>,
+    units: Option<Vec<f64>>,
+    rate: Option<Vec<f64>>,
+    p99: Option<Vec<f64>>,
+}
+
+impl<'a> Plain<'a> {
+    pub fn new(rounds: Rounds<'a>) -> Self {
+        Plain { units: units(&rounds), rate: rate_at_speed(&rounds), p99: p99_at_speed(&rounds), rounds }
+    }
+
+    /// `other` paired with these rounds: round i of each sat in the same minutes of the machine.
+    pub fn against(&self, other: &Rounds) -> AgainstPlain {
+        let b = &self.rounds;
+        AgainstPlain {
+            paired: paired(b.tok_per_s, other.tok_per_s).map(|p| (p, at_or_below(other.p99_s, b.p99_s))),
+            unit_vs_plain: self.units.as_ref().zip(units(other)).and_then(|(b, x)| paired(b, &x)),
+            paired_at_speed: self.rate.as_ref().zip(rate_at_speed(other)).and_then(|(b, x)| paired(b, &x)),
+            p99_below_at_speed: self.p99.as_ref().zip(p99_at_speed(other)).map(|(b, x)| at_or_below(&x, b)),
+        }
+    }
+}
+
+fn units(r: &Rounds) -> Option<Vec<f64>> {
+    r.unit_ms.iter().copied().collect::<Option<Vec<f64>>>().filter(|u| u.len() == r.tok_per_s.len())
+}
+
+/// Tokens per one-token call of every slot.
+fn rate_at_speed(r: &Rounds) -> Option<Vec<f64>> {
+    in_units(r.tok_per_s, r.unit_ms, |rate, unit| rate * unit)
+}
+
+/// The tail in such calls.
+fn p99_at_speed(r: &Rounds) -> Option<Vec<f64>> {
+    in_units(r.p99_s, r.unit_ms, |p99, unit| p99 / unit)
+}
+
+/// In how many rounds a p99 was at or below plain's round beside it.
+fn at_or_below(p99: &[f64], plain: &[f64]) -> usize {
+    p99.iter().zip(plain).filter(|(k, b)| k <= b).count()
+}
+
+/// Each round's value taken at one machine speed by its unit; None unless every round has a unit.
+fn in_units(values: &[f64], units: &[Option<f64>], f: impl Fn(f64, f64) -> f64) -> Option<Vec<f64>> {
+    values.iter().zip(units).map(|(&v, unit)| unit.map(|u| f(v, u))).collect::<Option<Vec<_>>>().filter(|v| v.len() == values.len())
+}
+
 /// Student's t at 0.975 with `df` degrees of freedom (df ≥ 1); beyond the table, the normal's 1.96.
 fn t975(df: usize) -> f64 {
     const T: [f64; 30] = [

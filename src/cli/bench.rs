@@ -107,6 +107,11 @@ pub struct BenchArgs {
     /// default 8; --samples, --n-predict as the answer budget, --threads).
     #[arg(long, conflicts_with = "load")]
     compile: bool,
+    /// Pool mode: several `--load` runs of one stream read as one (their output directories or load.json files,
+    /// comma-separated): each configuration's rounds paired with plain's in the same run, the pairings of all runs
+    /// together, printed as a table. Nothing is served.
+    #[arg(long, value_delimiter = ',', num_args = 1.., conflicts_with_all = ["load", "compile"])]
+    pool: Option<Vec<PathBuf>>,
 }
 
 struct Bar(ProgressBar);
@@ -137,6 +142,9 @@ impl Observer for Bar {
 
 /// Runs the benchmark; the exit code is 2 when an output differs from no speculation (unless allowed).
 pub fn run(a: BenchArgs) -> Result<i32, Box<dyn std::error::Error>> {
+    if let Some(runs) = &a.pool {
+        return run_pool(runs);
+    }
     if a.load {
         return run_load(a);
     }
@@ -316,6 +324,13 @@ fn run_load(a: BenchArgs) -> Result<i32, Box<dyn std::error::Error>> {
     if differ > 0 {
         eprintln!("note: {differ} answer(s) of plain llama-server or of llama.cpp's own ngram-simple differ from the prompt served alone (plain batches are not batch-invariant; ngram-simple verifies up to 64 tokens at once)");
     }
+    Ok(0)
+}
+
+/// `--pool`: the runs' pairings read together.
+fn run_pool(paths: &[PathBuf]) -> Result<i32, Box<dyn std::error::Error>> {
+    let runs = paths.iter().map(|p| bench::pool::read(p)).collect::<Result<Vec<_>, _>>()?;
+    print!("{}", bench::pool::markdown(&bench::pool::pool(&runs), &runs));
     Ok(0)
 }
 
