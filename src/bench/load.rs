@@ -156,8 +156,8 @@ pub struct LoadRow {
     pub slowest: Vec<Slow>,
     /// Per round, what its steps took by the plugin's step log (`--step-log`; None where there was none).
     pub in_place: Vec<Option<InPlace>>,
-    /// Per round, the machine's speed in it: the median decode call of one token from every slot (ms; llama-server's
-    /// call log, None where it had no such call).
+    /// Per round, the machine's speed in it: the decode call of one token from every slot, each call taken at the
+    /// speed of its moment (ms; llama-server's call log, [`calls`]; None where it had no such call).
     pub round_unit_ms: Vec<Option<f64>>,
     /// As `paired`, each round's rate taken at one machine speed (times its own unit): what the configuration did,
     /// with the machine's drift between the rounds taken out (None for plain, or where a round had no unit).
@@ -267,7 +267,7 @@ fn server_options(o: &LoadOptions, c: LoadConfig, slots: u32, round: usize) -> S
 
 /// Where llama-server logs a run's decode calls (patch 0022): every configuration's machine speed.
 fn call_log_path(o: &LoadOptions, c: LoadConfig, slots: u32, round: usize) -> PathBuf {
-    o.out.join(format!("calls-np{slots}-{}-r{}.tsv", c.name(), round + 1))
+    o.out.join(calls::log_name(slots, c.name(), round))
 }
 
 fn step_log_path(o: &LoadOptions, c: LoadConfig, slots: u32, round: usize) -> PathBuf {
@@ -492,8 +492,9 @@ fn at_speed_lines(s: &mut String, rows: &[LoadRow]) {
     }
     let _ = writeln!(
         s,
-        "\nAt one machine speed: each round's rate times its unit, the median decode call of one token from every slot \
-         (llama-server's call log, patch 0022; the same work in every configuration), then as above. Units by round:"
+        "\nAt one machine speed: each round's rate times its unit, the decode call of one token from every slot, each call \
+         taken at the speed of its moment (the median of the nearest such calls; llama-server's call log, patch 0022; the \
+         same work in every configuration), then as above. Units by round:"
     );
     for r in rows {
         let units: Vec<String> = r.round_unit_ms.iter().map(|u| u.map_or("–".into(), |u| format!("{u:.1}"))).collect();

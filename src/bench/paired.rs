@@ -31,8 +31,8 @@ pub fn paired(base: &[f64], other: &[f64]) -> Option<Paired> {
 }
 
 /// A configuration's rounds as `bench --load` reports them, in round order: each round's rate, its p99 and its unit
-/// (the median decode call of one token from every slot, the machine's speed in that round; None where there was
-/// no such call).
+/// (the decode call of one token from every slot, each call taken at the speed of its moment: the machine's speed in
+/// that round; None where there was no such call).
 pub struct Rounds<'a> {
     pub tok_per_s: &'a [f64],
     pub p99_s: &'a [f64],

@@ -4,6 +4,7 @@
 //! rounds stay paired with that run's plain rounds; the pairings of all runs are then read as `bench --load` reads
 //! one run's ([`Plain::against`]).
 
+use super::calls;
 use super::paired::{AgainstPlain, Plain, Rounds};
 use serde::Deserialize;
 use std::fmt::Write as _;
@@ -23,7 +24,8 @@ pub struct RunRow {
     pub healthy: bool,
     pub round_tok_per_s: Vec<f64>,
     pub round_p99_s: Vec<f64>,
-    /// Absent from reports older than the units (session 71): every round then unread at one speed.
+    /// Absent from reports older than the units (session 71): a round then unread at one speed unless its call log
+    /// is beside the report.
     #[serde(default)]
     pub round_unit_ms: Vec<Option<f64>>,
 }
@@ -39,14 +41,26 @@ pub struct Run {
     pub rows: Vec<RunRow>,
 }
 
-/// Reads a run's report: `load.json` in a `bench --load` output directory, or the file itself.
+/// Reads a run's report: `load.json` in a `bench --load` output directory, or the file itself. Each round's unit
+/// is read again from its call log beside the report where there is one, so that runs made before a change to
+/// the unit's rule ([`calls`]) are read at one speed by the same rule as the others; a round without a log keeps
+/// the unit its report holds.
 pub fn read(path: &Path) -> Result<Run, String> {
     let file = if path.is_dir() { path.join("load.json") } else { path.to_path_buf() };
     let text = std::fs::read_to_string(&file).map_err(|e| format!("{}: {e}", file.display()))?;
-    let report: Report = serde_json::from_str(&text).map_err(|e| format!("{}: not a `kolm-rsd bench --load` report (load.json): {e}", file.display()))?;
-    for r in &report.rows {
-        if r.round_tok_per_s.len() != r.round_p99_s.len() {
-            return Err(format!("{}: -np {} {}: {} rounds' rates against {} rounds' p99", file.display(), r.slots, r.config, r.round_tok_per_s.len(), r.round_p99_s.len()));
+    let mut report: Report = serde_json::from_str(&text).map_err(|e| format!("{}: not a `kolm-rsd bench --load` report (load.json): {e}", file.display()))?;
+    let dir = file.parent().unwrap_or(Path::new("."));
+    for r in &mut report.rows {
+        let rounds = r.round_tok_per_s.len();
+        if rounds != r.round_p99_s.len() {
+            return Err(format!("{}: -np {} {}: {rounds} rounds' rates against {} rounds' p99", file.display(), r.slots, r.config, r.round_p99_s.len()));
+        }
+        r.round_unit_ms.resize(rounds, None);
+        for (round, unit) in r.round_unit_ms.iter_mut().enumerate() {
+            let log = dir.join(calls::log_name(r.slots, &r.config, round));
+            if log.is_file() {
+                *unit = calls::read(&log, r.slots as usize)?.map(|c| c.unit_ms);
+            }
         }
     }
     Ok(Run { path: file, rows: report.rows })
@@ -125,11 +139,11 @@ struct Columns {
 }
 
 impl Columns {
-    /// The first `n` rounds of a run's row; a round without a unit (or a report without units) has None.
+    /// The first `n` rounds of a run's row ([`read`] gives every round a unit or None).
     fn extend(&mut self, r: &RunRow, n: usize) {
         self.tok_per_s.extend(&r.round_tok_per_s[..n]);
         self.p99_s.extend(&r.round_p99_s[..n]);
-        self.unit_ms.extend((0..n).map(|i| r.round_unit_ms.get(i).copied().flatten()));
+        self.unit_ms.extend(&r.round_unit_ms[..n]);
     }
 
     fn rounds(&self) -> Rounds<'_> {
@@ -199,7 +213,7 @@ mod tests {
             healthy: true,
             round_tok_per_s: rates.to_vec(),
             round_p99_s: p99.to_vec(),
-            round_unit_ms: units.map_or_else(Vec::new, |u| u.iter().copied().map(Some).collect()),
+            round_unit_ms: units.map_or_else(|| vec![None; rates.len()], |u| u.iter().copied().map(Some).collect()),
         }
     }
 
@@ -258,7 +272,14 @@ mod tests {
         let good = bad.replace("[1.0]}", "[1.0, 1.5]}");
         std::fs::write(dir.join("load.json"), good).unwrap();
         let run = read(&dir.join("load.json")).unwrap();
-        assert_eq!((run.rows.len(), run.rows[0].round_unit_ms.len()), (1, 0), "a report older than the units reads");
+        assert_eq!((run.rows.len(), &run.rows[0].round_unit_ms[..]), (1, &[None, None][..]), "a report older than the units reads");
+        // The second round's call log beside it: that round is read at one speed by the log, by today's rule.
+        let one = "80000\t8\t0\t8\t8\n";
+        std::fs::write(dir.join(calls::log_name(8, "kolm", 1)), format!("us\ttokens\tprompt\toutputs\tslots\n{}", one.repeat(3))).unwrap();
+        assert_eq!(read(&dir).unwrap().rows[0].round_unit_ms, [None, Some(80.0)]);
+        std::fs::write(dir.join(calls::log_name(8, "kolm", 0)), "wall\n").unwrap();
+        let e = read(&dir).err().unwrap();
+        assert!(e.contains("calls-np8-kolm-r1.tsv: not a call log"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
