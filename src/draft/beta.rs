@@ -25,6 +25,15 @@ const OUTLIER: f64 = 20.0;
 const BUCKETS: usize = MAX_DRAFT + 2;
 /// How far a multi-pass step's measured log cost ratio may sit above its running mean (noise only adds time).
 const LOG_CLIP: f64 = 0.405; // ln 1.5
+/// Steps of one pass in a row after which a fit of several-pass steps is stale, and what it keeps of its log ratio
+/// at each one after that: it wears back toward its prior (a ratio of 1). Only drafts make steps of several passes,
+/// so a fit that a few slow steps lifted past where no draft pays is never measured again: at `-np 4` two drafting
+/// steps taken while the machine slowed lifted it from 1.004 to 1.097, where beside three slots even a sure draft
+/// gains less than the fairness rule asks, and nothing was drafted for the next 2,100 steps of the round (session
+/// 73, answers of up to 256 tokens; at 64 the turnover of requests broke it after 130 steps). Stale after 128
+/// steps, a 10% excess wears to 7.5% within 30 more, and the drafts then made measure the fit again.
+const STALE: u32 = 128;
+const WEAR: f64 = 0.99;
 
 /// Verify cost β(m) relative to a plain one-token step, learned from step durations.
 #[derive(Clone, Debug)]
@@ -54,15 +63,26 @@ struct PassFit {
     log_ratio: f64,
     log_sq: f64,
     samples: u32,
+    /// Steps of one pass since the last of several.
+    unmeasured: u32,
 }
 
 impl PassFit {
     fn add(&mut self, x: f64) {
         let x = if self.samples >= CLIP_AFTER { x.min(self.log_ratio + LOG_CLIP) } else { x };
         self.samples = self.samples.saturating_add(1);
+        self.unmeasured = 0;
         let w = f64::from(self.samples.min(EMA_SAMPLES)) + PRIOR_WEIGHT;
         self.log_ratio += (x - self.log_ratio) / w;
         self.log_sq += (x * x - self.log_sq) / w;
+    }
+
+    /// A step of one pass: nothing to fit, and past [`STALE`] of them the ratio wears toward its prior.
+    fn idle(&mut self) {
+        self.unmeasured = self.unmeasured.saturating_add(1);
+        if self.unmeasured > STALE {
+            self.log_ratio *= WEAR;
+        }
     }
 }
 
@@ -210,7 +230,10 @@ impl BetaModel {
         }
         match fit {
             [(0, ..), _] => {}
-            [(1, _, t), (1, ..)] => self.observe(t, dt_ns),
+            [(1, _, t), (1, ..)] => {
+                self.fits.iter_mut().for_each(PassFit::idle);
+                self.observe(t, dt_ns);
+            }
             _ => {
                 let Some(unit) = self.unit_ns() else { return };
                 for (f, (_, sum, _)) in self.fits.iter_mut().zip(fit) {
@@ -252,6 +275,12 @@ impl BetaModel {
         if self.samples[m] <= EMA_SAMPLES || self.observations.is_multiple_of(REFIT_EVERY) {
             self.refit();
         }
+    }
+
+    /// Steps of one pass timed so far.
+    #[cfg(test)]
+    pub(super) fn observations(&self) -> u32 {
+        self.observations
     }
 
     /// Duration of a plain step: measured, or inferred from other buckets through the prior.
@@ -390,6 +419,45 @@ mod tests {
                 b.observe_step(s, (unit * cost(s)) as u64);
             }
         }
+    }
+
+    #[test]
+    fn a_fit_that_stopped_every_draft_wears_off_so_that_drafts_measure_it_again() {
+        use crate::draft::control::{best_length, Verify};
+        use crate::draft::step::Shared;
+        // `-np 4`, one pass per call (patch 0014): plain steps of four slots at 100 ms, and steps in which one slot
+        // verifies three tokens beside the others, at the price of their pass.
+        let mut b = BetaModel::new(DEFAULT_BETA_PRIOR).with_layout(Some(Layout::Unified));
+        let plain_ns = 100_000_000;
+        let drafting = [1, 1, 1, 3];
+        let price = |b: &BetaModel| b.step_ns(4, |j| drafting[j]).unwrap();
+        let at4 = Shared { tokens: &[0, 1, 1, 1], seq: 0, expected: 3.0 };
+        // The longest sure draft that pays beside three slots under the fairness rule the drafter serves with.
+        let sure = |b: &BetaModel| best_length(&[1.0; 15], &Verify::new(b, &at4).fair(0.1), &[], 1.05);
+        for _ in 0..20 {
+            b.observe_step(&[1, 1, 1, 1], plain_ns);
+            let p = price(&b);
+            b.observe_step(&drafting, p as u64);
+        }
+        assert!(sure(&b) > 0);
+        // Six drafting steps while the machine slowed, at 1.5 times their price: no draft pays any more, so no step
+        // of several passes comes to measure the fit again.
+        for _ in 0..6 {
+            let p = price(&b);
+            b.observe_step(&drafting, (1.5 * p) as u64);
+        }
+        assert_eq!(sure(&b), 0);
+        let trapped = price(&b);
+        for _ in 0..STALE {
+            b.observe_step(&[1, 1, 1, 1], plain_ns);
+        }
+        assert_eq!(price(&b), trapped, "drafts a few steps apart keep the fit as measured: it wears off only when stale");
+        for _ in 0..100 {
+            b.observe_step(&[1, 1, 1, 1], plain_ns);
+        }
+        assert!(sure(&b) > 0, "stale, it wears back toward its prior until drafts pay and measure it again");
+        let prior = BetaModel::new(DEFAULT_BETA_PRIOR).with_layout(Some(Layout::Unified));
+        assert!(b.step(4, |j| drafting[j]) >= prior.step(4, |j| drafting[j]), "toward its prior, not past it");
     }
 
     #[test]
