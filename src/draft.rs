@@ -1565,15 +1565,21 @@ mod tests {
         assert!(g.ran[0] + g.ran[1] >= 10, "{:?}", g.ran);
     }
 
+    /// A drafter of four slots with no pack, no copies and no gate, each slot's request begun on the same prompt.
+    fn four_slots_with_nothing_to_draft() -> (Drafter, Vec<Vec<i32>>) {
+        let mut d = Drafter::new(None, DrafterConfig { n_seq: 4, context: Context::Off, gate: None, ..DrafterConfig::default() });
+        let toks: Vec<Vec<i32>> = (0..4).map(|_| vec![1, 2, 3]).collect();
+        for (s, t) in toks.iter().enumerate() {
+            d.begin(s, t);
+        }
+        (d, toks)
+    }
+
     #[test]
     fn each_step_is_timed_once_whatever_the_slots() {
         // Four slots with nothing to draft, 100 steps. Timed by every slot's call, a slow step counted four times,
         // and two of them moved the fit of several-pass steps as eight would (session 73).
-        let mut d = Drafter::new(None, DrafterConfig { n_seq: 4, context: Context::Off, gate: None, ..DrafterConfig::default() });
-        let mut toks: Vec<Vec<i32>> = (0..4).map(|_| vec![1, 2, 3]).collect();
-        for (s, t) in toks.iter().enumerate() {
-            d.begin(s, t);
-        }
+        let (mut d, mut toks) = four_slots_with_nothing_to_draft();
         let (mut now, mut out) = (0u64, Vec::new());
         for step in 0..100u64 {
             for (s, t) in toks.iter_mut().enumerate() {
@@ -1594,11 +1600,7 @@ mod tests {
         // ending took at `-np 4`); its next request comes a step later, and the step after evaluates its prompt
         // (+500 ms). Timed, the steps in which a request ended would read 136 ms against 78 for four slots, and the
         // table, kept non-decreasing, would price every plain step of four slots at them.
-        let mut d = Drafter::new(None, DrafterConfig { n_seq: 4, context: Context::Off, gate: None, ..DrafterConfig::default() });
-        let mut toks: Vec<Vec<i32>> = (0..4).map(|_| vec![1, 2, 3]).collect();
-        for (s, t) in toks.iter().enumerate() {
-            d.begin(s, t);
-        }
+        let (mut d, mut toks) = four_slots_with_nothing_to_draft();
         let (mut now, mut out) = (0u64, Vec::new());
         for step in 0..400u64 {
             let n = if step % 10 >= 7 { 3 } else { 4 };

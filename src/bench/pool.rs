@@ -10,17 +10,35 @@ use serde::Deserialize;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-/// The part of a `bench --load` row (`load.json`) that pooling reads.
-#[derive(Clone, Debug, Deserialize)]
-pub struct RunRow {
-    pub slots: u32,
-    pub config: String,
+/// What a row counts, summed over runs as they are.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq)]
+pub struct Counts {
     pub sent: usize,
     pub done: usize,
     pub identical: usize,
     pub compared: usize,
     pub drafted: u64,
     pub accepted: u64,
+}
+
+impl std::ops::AddAssign for Counts {
+    fn add_assign(&mut self, o: Counts) {
+        self.sent += o.sent;
+        self.done += o.done;
+        self.identical += o.identical;
+        self.compared += o.compared;
+        self.drafted += o.drafted;
+        self.accepted += o.accepted;
+    }
+}
+
+/// The part of a `bench --load` row (`load.json`) that pooling reads.
+#[derive(Clone, Debug, Deserialize)]
+pub struct RunRow {
+    pub slots: u32,
+    pub config: String,
+    #[serde(flatten)]
+    pub counts: Counts,
     pub healthy: bool,
     pub round_tok_per_s: Vec<f64>,
     pub round_p99_s: Vec<f64>,
@@ -72,12 +90,7 @@ pub struct PoolRow {
     pub slots: u32,
     pub config: String,
     pub runs: usize,
-    pub sent: usize,
-    pub done: usize,
-    pub identical: usize,
-    pub compared: usize,
-    pub drafted: u64,
-    pub accepted: u64,
+    pub counts: Counts,
     pub healthy: bool,
     /// Against plain over the pairings of all runs (None for plain; with fewer than two pairings, `paired` is None).
     pub against: Option<AgainstPlain>,
@@ -98,19 +111,14 @@ pub fn pool(runs: &[Run]) -> Vec<PoolRow> {
 }
 
 fn pooled(runs: &[Run], slots: u32, config: &str) -> PoolRow {
-    let mut row = PoolRow { slots, config: config.to_string(), runs: 0, sent: 0, done: 0, identical: 0, compared: 0, drafted: 0, accepted: 0, healthy: true, against: None, unpaired_runs: 0 };
+    let mut row = PoolRow { slots, config: config.to_string(), runs: 0, counts: Counts::default(), healthy: true, against: None, unpaired_runs: 0 };
     // Plain's rounds and this configuration's, run by run, each run cut to the rounds both have so round i of one
     // stays beside round i of the other.
     let (mut base, mut this) = (Columns::default(), Columns::default());
     for run in runs {
         let Some(r) = run.rows.iter().find(|r| r.slots == slots && r.config == config) else { continue };
         row.runs += 1;
-        row.sent += r.sent;
-        row.done += r.done;
-        row.identical += r.identical;
-        row.compared += r.compared;
-        row.drafted += r.drafted;
-        row.accepted += r.accepted;
+        row.counts += r.counts;
         row.healthy &= r.healthy;
         if config == "plain" {
             continue;
@@ -180,12 +188,12 @@ pub fn markdown(rows: &[PoolRow], runs: &[Run]) -> String {
             a.and_then(|a| a.paired_at_speed.as_ref()).map_or_else(dash, ratio),
             a.and_then(|a| a.unit_vs_plain.as_ref()).map_or_else(dash, ratio),
             p99,
-            r.drafted,
-            r.accepted,
-            r.identical,
-            r.compared,
-            r.done,
-            r.sent,
+            r.counts.drafted,
+            r.counts.accepted,
+            r.counts.identical,
+            r.counts.compared,
+            r.counts.done,
+            r.counts.sent,
             if r.healthy { "yes" } else { "**no**" }
         );
     }
@@ -201,15 +209,11 @@ mod tests {
     use super::*;
 
     fn row(config: &str, rates: &[f64], p99: &[f64], units: Option<&[f64]>) -> RunRow {
+        let n = rates.len();
         RunRow {
             slots: 8,
             config: config.into(),
-            sent: 4 * rates.len(),
-            done: 4 * rates.len(),
-            identical: 3 * rates.len(),
-            compared: 4 * rates.len(),
-            drafted: 10,
-            accepted: 9,
+            counts: Counts { sent: 4 * n, done: 4 * n, identical: 3 * n, compared: 4 * n, drafted: 10, accepted: 9 },
             healthy: true,
             round_tok_per_s: rates.to_vec(),
             round_p99_s: p99.to_vec(),
@@ -236,7 +240,7 @@ mod tests {
         assert_eq!((p.rounds, below), (5, 3));
         let at_speed = k.against.as_ref().unwrap().paired_at_speed.clone().unwrap();
         assert_eq!(at_speed, paired(&[2000.0, 1995.0, 1995.0, 2000.0, 2090.0], &[1976.0, 2000.0, 2112.0, 2145.0, 2300.0]).unwrap());
-        assert_eq!((k.sent, k.identical, k.compared, k.drafted), (20, 15, 20, 20));
+        assert_eq!(k.counts, Counts { sent: 20, done: 20, identical: 15, compared: 20, drafted: 20, accepted: 18 });
         let md = markdown(&rows, &[run("a", vec![]), run("b", vec![])]);
         assert!(md.contains(&format!("| 8 | kolm | 2 | 5 | {:.3}× ({:.3}–{:.3}) |", p.mean, p.lo, p.hi)), "{md}");
         assert!(md.contains("| 8 | plain | 2 | – | – | – | – | – | 20 / 18 | 15/20 | 20/20 | yes |"), "{md}");
@@ -253,7 +257,7 @@ mod tests {
         // Run a's third kolm round has no plain round beside it: four pairings, not five.
         assert_eq!(a.paired.as_ref().unwrap().0, paired(&[20.0, 19.0, 10.0, 11.0], &[19.0, 20.0, 11.0, 11.5]).unwrap());
         assert!(a.paired_at_speed.is_none() && a.unit_vs_plain.is_none() && a.p99_below_at_speed.is_none(), "rounds without a unit: no reading at one speed");
-        assert_eq!((k.runs, k.unpaired_runs, k.sent), (3, 1, 28));
+        assert_eq!((k.runs, k.unpaired_runs, k.counts.sent), (3, 1, 28));
         assert!(markdown(&rows, &[]).contains("-np 8 kolm: 1 run(s) had no plain row at this slot count"));
     }
 
