@@ -31,7 +31,7 @@ const LOG_CLIP: f64 = 0.405; // ln 1.5
 /// steps taken while the machine slowed lifted it from 1.004 to 1.097, where beside three slots even a sure draft
 /// gains less than the fairness rule asks, and nothing was drafted for the next 2,100 steps of the round (session
 /// 73, answers of up to 256 tokens; at 64 the turnover of requests broke it after 130 steps). Stale after 128
-/// steps, a 10% excess wears to 7.5% within 30 more, and the drafts then made measure the fit again.
+/// steps, a 10% excess wears below 7.5% within 30 more, and the drafts then made measure the fit again.
 const STALE: u32 = 128;
 const WEAR: f64 = 0.99;
 
