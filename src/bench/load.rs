@@ -5,7 +5,7 @@
 //! the prompt served alone without speculation. The prompts are held out from the pack ([`crate::workload::split`]).
 
 use super::load_ceiling::{self, LoadCeiling, LoadCosts};
-use super::paired::{Paired, Plain, Rounds};
+use super::paired::{AgainstPlain, Plain, Rounds};
 use super::calls;
 use super::steps::{self, InPlace};
 use super::Observer;
@@ -139,9 +139,6 @@ pub struct LoadRow {
     /// configuration that drafted 225 tokens of 8,000 read 31.5 s against plain's 30.2 s), so configurations are
     /// compared round by round as well.
     pub round_p99_s: Vec<f64>,
-    /// Against plain's round beside each of its own (ABBA order): the rate's ratio with its 95% interval, and in how
-    /// many rounds p99 was at or below plain's (None for plain, or with one round).
-    pub paired: Option<(Paired, usize)>,
     /// p50 per workload, in the stream's order.
     pub p50_by_label: Vec<(String, f64)>,
     pub drafted: u64,
@@ -159,17 +156,10 @@ pub struct LoadRow {
     /// Per round, the machine's speed in it: the decode call of one token from every slot, each call taken at the
     /// speed of its moment (ms; llama-server's call log, [`calls`]; None where it had no such call).
     pub round_unit_ms: Vec<Option<f64>>,
-    /// As `paired`, each round's rate taken at one machine speed (times its own unit): what the configuration did,
-    /// with the machine's drift between the rounds taken out (None for plain, or where a round had no unit).
-    pub paired_at_speed: Option<Paired>,
-    /// In how many rounds p99 was at or below plain's with each round's p99 taken in its own units (a tail is a
-    /// wait, and a wait is as long as the machine is slow; None as for `paired_at_speed`).
-    pub p99_below_at_speed: Option<usize>,
-    /// Its units against plain's, paired as the rates are: one speed assumes the configuration's one-token calls
-    /// cost what plain's do. Where they cost more beyond the pairings' spread, it may be its own cost (which the
-    /// rates' ratio counts and the one at one speed takes out) or the machine's drift (session 72's two runs of one
-    /// path at `-np 8` read 1.19× and 0.92×).
-    pub unit_vs_plain: Option<Paired>,
+    /// Against plain's round beside each of its own (ABBA order); empty for plain. Flattened: `load.json` keeps one
+    /// key per reading.
+    #[serde(flatten)]
+    pub against: AgainstPlain,
 }
 
 /// One slow request of a row.
@@ -343,8 +333,7 @@ fn pair_with_plain(rows: &mut [LoadRow]) {
     let Some((plain, others)) = rows.split_first_mut() else { return };
     let plain = Plain::new(plain.rounds());
     for r in others {
-        let a = plain.against(&r.rounds());
-        (r.paired, r.unit_vs_plain, r.paired_at_speed, r.p99_below_at_speed) = (a.paired, a.unit_vs_plain, a.paired_at_speed, a.p99_below_at_speed);
+        r.against = plain.against(&r.rounds());
     }
 }
 
@@ -469,7 +458,7 @@ fn row(sides: &[Side], requests: &[Request], alone: &std::collections::HashMap<s
         p50_s: crate::quantile::quantile(&lat, 0.5),
         p99_s: crate::quantile::quantile(&lat, 0.99),
         round_p99_s: round_lat.iter().map(|l| crate::quantile::quantile(l, 0.99)).collect(),
-        paired: None,
+        against: AgainstPlain::default(),
         p50_by_label,
         drafted,
         accepted,
@@ -479,9 +468,6 @@ fn row(sides: &[Side], requests: &[Request], alone: &std::collections::HashMap<s
         slowest,
         in_place: Vec::new(),
         round_unit_ms: Vec::new(),
-        paired_at_speed: None,
-        p99_below_at_speed: None,
-        unit_vs_plain: None,
     }
 }
 
@@ -498,11 +484,11 @@ fn at_speed_lines(s: &mut String, rows: &[LoadRow]) {
     );
     for r in rows {
         let units: Vec<String> = r.round_unit_ms.iter().map(|u| u.map_or("–".into(), |u| format!("{u:.1}"))).collect();
-        let ratio = r.paired_at_speed.as_ref().map_or(String::new(), |p| {
-            let below = r.p99_below_at_speed.map_or(String::new(), |k| format!("; p99 at or below plain's in {k} of {}", p.rounds));
+        let ratio = r.against.paired_at_speed.as_ref().map_or(String::new(), |p| {
+            let below = r.against.p99_below_at_speed.map_or(String::new(), |k| format!("; p99 at or below plain's in {k} of {}", p.rounds));
             format!(": {:.3}× (95% interval {:.3}–{:.3}×, {} rounds){below}", p.mean, p.lo, p.hi, p.rounds)
         });
-        let units_against = r.unit_vs_plain.as_ref().map_or(String::new(), |u| {
+        let units_against = r.against.unit_vs_plain.as_ref().map_or(String::new(), |u| {
             let own = if u.lo > 1.0 { " (above plain's beyond the pairings' spread: if that is a cost of its own and not the machine's drift, the rates' ratio is the one to read)" } else { "" };
             format!("; its units × plain's {:.3}× ({:.3}–{:.3}×){own}", u.mean, u.lo, u.hi)
         });
@@ -607,7 +593,7 @@ pub fn markdown(rows: &[LoadRow], bases: &[CeilingBasis], o: &LoadOptions) -> St
     let pairs: Vec<String> = rows
         .iter()
         .filter_map(|r| {
-            let (p, below) = r.paired.as_ref()?;
+            let (p, below) = r.against.paired.as_ref()?;
             Some(format!(
                 "- -np {} {}: {:.3}× (95% interval {:.3}–{:.3}×, {} rounds); p99 at or below plain's in {below} of {}",
                 r.slots, r.config, p.mean, p.lo, p.hi, p.rounds, p.rounds
@@ -804,15 +790,15 @@ mod tests {
         let kolm = row(&[side(10.0 / 1.1, 2.5), side(20.0 / 1.1, 3.0)], &reqs, &HashMap::new(), 8, LoadConfig::Kolm, 1.0);
         let mut rows = vec![plain, kolm];
         pair_with_plain(&mut rows);
-        assert!(rows[0].paired.is_none(), "plain is the reference");
-        let (p, below) = rows[1].paired.clone().unwrap();
+        assert!(rows[0].against.paired.is_none(), "plain is the reference");
+        let (p, below) = rows[1].against.paired.clone().unwrap();
         assert!((p.mean - 1.1).abs() < 1e-9 && (p.lo - 1.1).abs() < 1e-9, "the drift between rounds cancels: {p:?}");
         assert_eq!((p.rounds, below), (2, 1));
         let md = markdown(&rows, &[], &opts());
         assert!(md.contains("- -np 8 kolm: 1.100× (95% interval 1.100–1.100×, 2 rounds); p99 at or below plain's in 1 of 2"), "{md}");
         let mut one = vec![row(&[side(10.0, 2.0)], &reqs, &HashMap::new(), 8, LoadConfig::Plain, 1.0), row(&[side(9.0, 2.0)], &reqs, &HashMap::new(), 8, LoadConfig::Kolm, 1.0)];
         pair_with_plain(&mut one);
-        assert!(one[1].paired.is_none() && !markdown(&one, &[], &opts()).contains("Each round against"), "one round: nothing to pair");
+        assert!(one[1].against.paired.is_none() && !markdown(&one, &[], &opts()).contains("Each round against"), "one round: nothing to pair");
     }
 
     #[test]
@@ -826,15 +812,19 @@ mod tests {
         let (untimed, kolm) = (kolm(vec![Some(60.0), None]), kolm(vec![Some(60.0), Some(100.0)]));
         let mut rows = vec![plain, kolm, untimed];
         pair_with_plain(&mut rows);
-        assert!((rows[1].paired.as_ref().unwrap().0.mean - (1.5f64 * 1.1).sqrt()).abs() < 1e-9);
-        let p = rows[1].paired_at_speed.as_ref().unwrap();
+        assert!((rows[1].against.paired.as_ref().unwrap().0.mean - (1.5f64 * 1.1).sqrt()).abs() < 1e-9);
+        let p = rows[1].against.paired_at_speed.as_ref().unwrap();
         assert!((p.mean - (0.9f64 * 1.1).sqrt()).abs() < 1e-9, "{p:?}");
-        assert!(rows[0].paired_at_speed.is_none() && rows[2].paired_at_speed.is_none(), "plain, and a round without a unit");
+        assert!(rows[0].against.paired_at_speed.is_none() && rows[2].against.paired_at_speed.is_none(), "plain, and a round without a unit");
+        // load.json keeps one key per reading, as before they were one type.
+        let json = serde_json::to_value(&rows[1]).unwrap();
+        assert_eq!(json["paired_at_speed"]["mean"].as_f64(), Some(p.mean), "{json}");
+        assert!(json["paired"].is_array() && json["p99_below_at_speed"] == 1 && json.get("against").is_none(), "{json}");
         let md = markdown(&rows, &[], &opts());
         assert!(md.contains("- -np 4 plain (ms 100.0, 100.0)\n"), "{md}");
         // Every request took 1 s: as long as plain's in seconds, but 1/60 of kolm's faster first round against
         // 1/100 of plain's, so its tail was longer at one speed in that round.
-        assert_eq!((rows[1].paired.as_ref().unwrap().1, rows[1].p99_below_at_speed), (2, Some(1)));
+        assert_eq!((rows[1].against.paired.as_ref().unwrap().1, rows[1].against.p99_below_at_speed), (2, Some(1)));
         assert!(md.contains("- -np 4 kolm (ms 60.0, 100.0): 0.995× (95% interval"), "{md}");
         assert!(md.contains("2 rounds); p99 at or below plain's in 1 of 2; its units × plain's 0.775× ("), "{md}");
         assert!(md.contains("- -np 4 kolm (ms 60.0, –)\n"), "{md}");
@@ -850,7 +840,7 @@ mod tests {
         // so at one speed it reads 1.10×: a gain made of its own slowness, if that is what the slower calls are.
         let mut rows = vec![timed(LoadConfig::Plain, vec![100.0, 90.0]), timed(LoadConfig::Kolm, vec![110.0, 99.2])];
         pair_with_plain(&mut rows);
-        let u = rows[1].unit_vs_plain.as_ref().unwrap();
+        let u = rows[1].against.unit_vs_plain.as_ref().unwrap();
         assert!(u.lo > 1.0 && (u.mean - 1.1).abs() < 0.01, "{u:?}");
         let md = markdown(&rows, &[], &opts());
         assert!(md.contains("its units × plain's 1.10"), "{md}");

@@ -39,14 +39,18 @@ pub struct Rounds<'a> {
     pub unit_ms: &'a [Option<f64>],
 }
 
-/// A configuration against plain, round by round.
-#[derive(Clone, Debug, PartialEq)]
+/// A configuration against plain, round by round; all None for plain itself.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct AgainstPlain {
-    /// The rates' ratio, and in how many rounds p99 was at or below plain's (None with fewer than two rounds).
+    /// The rates' ratio with its 95% interval, and in how many rounds p99 was at or below plain's (None with fewer
+    /// than two rounds).
     pub paired: Option<(Paired, usize)>,
-    /// Its units against plain's: reading at one speed assumes its one-token calls cost what plain's do.
+    /// Its units against plain's: reading at one speed assumes its one-token calls cost what plain's do. Where they
+    /// cost more beyond the pairings' spread, it may be its own cost (which the rates' ratio counts and the one at one
+    /// speed takes out) or the machine's drift (session 72's two runs of one path at `-np 8` read 1.19× and 0.92×).
     pub unit_vs_plain: Option<Paired>,
-    /// The rates' ratio with each round taken at one machine speed (its rate times its unit).
+    /// The rates' ratio with each round taken at one machine speed (its rate times its unit): what the configuration
+    /// did, with the machine's drift between the rounds taken out (None where a round had no unit).
     pub paired_at_speed: Option<Paired>,
     /// In how many rounds p99 was at or below plain's, each in its own round's units (a tail is a wait, and a wait
     /// is as long as the machine is slow).
