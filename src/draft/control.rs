@@ -259,4 +259,19 @@ mod tests {
             }
         }
     }
+
+    #[test]
+    fn one_slow_step_at_a_round_s_start_does_not_price_every_draft_out() {
+        let mut b = BetaModel::new(DEFAULT_BETA_PRIOR);
+        for (tokens, us) in crate::draft::beta::ROUND_START_S74 {
+            b.observe_step(tokens, us * 1000);
+        }
+        let three = Shared { tokens: &[0, 1, 1, 1], seq: 0, expected: 3.0 };
+        let v = Verify::new(&b, &three).fair(0.1);
+        assert!(may_pay_more(1.0, 1.0, 1.05, &v, 0, 15), "a sure draft beside three slots may pay");
+        assert!(best_length(&[1.0; 4], &v, &[], 1.05) > 0);
+        // Priced as the split sum of its passes, none would: session 74's round drafted 78 tokens in 1,386 steps.
+        let split = b.clone().with_layout(Some(Layout::Split));
+        assert!(!may_pay_more(1.0, 1.0, 1.05, &Verify::new(&split, &three).fair(0.1), 0, 15));
+    }
 }
