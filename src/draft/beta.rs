@@ -484,14 +484,16 @@ mod tests {
         assert!(b.step(4, |j| drafting[j]) >= prior.step(4, |j| drafting[j]), "toward its prior, not past it");
     }
 
+    /// The sum of β over the passes `layout` cuts step `s` into.
+    fn sum(b: &BetaModel, layout: Layout, s: &[usize]) -> f64 {
+        let mut c = 0.0;
+        passes(s.len(), |j| s[j], layout, |t| c += b.beta(t));
+        c
+    }
+
     #[test]
     fn multi_pass_steps_teach_the_layout_and_their_ratio() {
         let shapes: [&[usize]; 4] = [&[2, 1, 1, 1], &[3, 1, 3, 1], &[1, 0, 1, 1], &[4, 4, 2, 2]];
-        let sum = |b: &BetaModel, layout, s: &[usize]| {
-            let mut c = 0.0;
-            passes(s.len(), |j| s[j], layout, |t| c += b.beta(t));
-            c
-        };
         let prior = BetaModel::new(DEFAULT_BETA_PRIOR);
         // A server with a KV stream per slot whose multi-pass steps take 0.9 of their passes' sum.
         let mut b = BetaModel::new(DEFAULT_BETA_PRIOR);
@@ -540,11 +542,7 @@ mod tests {
         assert_eq!(b.layout(), Layout::Unified, "one step does not tell");
         // Steps that take their split sum tell it, by LAYOUT_AFTER of them.
         let unit = b.unit_ns().unwrap();
-        let split = |b: &BetaModel| {
-            let mut c = 0.0;
-            passes(4, |j| [2, 1, 1, 1][j], Layout::Split, |t| c += b.beta(t));
-            (unit * c) as u64
-        };
+        let split = |b: &BetaModel| (unit * sum(b, Layout::Split, &[2, 1, 1, 1])) as u64;
         for _ in 1..LAYOUT_AFTER - 1 {
             b.observe_step(&[2, 1, 1, 1], split(&b));
         }
