@@ -7,7 +7,7 @@
 pub mod crash;
 pub mod soak;
 
-use crate::load::served::{self, content, Key, Side};
+use crate::load::served::{self, content, Alone, Key, Side};
 use crate::load::{Kind, Limits, Outcome, Request};
 use crate::quantile;
 use crate::server::{plugin_summary, Server, ServerOptions};
@@ -114,7 +114,7 @@ pub struct StressReport {
     pub requests: Vec<Request>,
     pub sides: Vec<Side>,
     /// (prompt, n_predict) → the answer served alone, without speculation.
-    pub alone: HashMap<Key, String>,
+    pub alone: HashMap<Key, Alone>,
     /// Broken promises: a failed or hung request, an unhealthy server, an output that differs.
     pub problems: Vec<String>,
 }

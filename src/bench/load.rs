@@ -9,7 +9,7 @@ use super::paired::{AgainstPlain, Plain, Rounds};
 use super::calls;
 use super::steps::{self, InPlace};
 use super::Observer;
-use crate::load::served::{self, Side};
+use crate::load::served::{self, Alone, Side};
 use crate::llama::{Model, ModelOptions};
 use crate::load::{Kind, Limits, Outcome, Request};
 use crate::server::{plugin_summary, Server, ServerError, ServerOptions};
@@ -126,6 +126,10 @@ pub struct LoadRow {
     pub identical: usize,
     pub compared: usize,
     pub tokens: u64,
+    /// The tokens its completed answers have served alone: plain's batches change some answers and with them the
+    /// work (session 75's HumanEval rounds at `-np 8`: 7% fewer tokens, the first slots freed sooner, and a p99
+    /// 2.8–3.7 s below the exact servers' that answer as alone).
+    pub alone_tokens: u64,
     pub wall_s: f64,
     pub tok_per_s: f64,
     /// Each round's own rate, in round order: rounds of one configuration differ by up to 15% here, so a
@@ -160,6 +164,9 @@ pub struct LoadRow {
     /// key per reading.
     #[serde(flatten)]
     pub against: AgainstPlain,
+    /// Against plain-strict's round beside each of its own, for an exact configuration when the run served
+    /// plain-strict: the same answers, so the same work, and the cost of exactness taken out.
+    pub against_strict: Option<AgainstPlain>,
 }
 
 /// One slow request of a row.
@@ -319,7 +326,7 @@ pub fn run(workloads: &[Prompts], o: &LoadOptions, obs: &dyn Observer) -> Result
         for (((c, s), steps), unit) in o.configs.iter().zip(&sides).zip(in_place).zip(units) {
             rows.push(LoadRow { in_place: steps, round_unit_ms: unit, ..row(s, &requests, &alone, slots, *c, base) });
         }
-        pair_with_plain(&mut rows[first..]);
+        pair(&mut rows[first..]);
         let prompts: Vec<u64> =
             sides[0].iter().flat_map(|s| &s.records).filter_map(|r| if let Outcome::Done { prompt_n, .. } = r.outcome { Some(prompt_n) } else { None }).collect();
         plain_prompts.push((slots, prompts));
@@ -328,12 +335,20 @@ pub fn run(workloads: &[Prompts], o: &LoadOptions, obs: &dyn Observer) -> Result
     Ok((rows, bases))
 }
 
-/// Pairs every row after the first (plain) with plain round by round.
-fn pair_with_plain(rows: &mut [LoadRow]) {
+/// Pairs every row of a slot count after the first (plain) with plain round by round, and every exact one with
+/// plain-strict where the run served it.
+fn pair(rows: &mut [LoadRow]) {
     let Some((plain, others)) = rows.split_first_mut() else { return };
     let plain = Plain::new(plain.rounds());
     for r in others {
         r.against = plain.against(&r.rounds());
+    }
+    let exact = |r: &LoadRow| LoadConfig::ALL.into_iter().any(|c| c.name() == r.config && c.exact() && c != LoadConfig::PlainStrict);
+    let Some(strict) = rows.iter().find(|r| r.config == LoadConfig::PlainStrict.name()) else { return };
+    let strict = Plain::new(strict.rounds());
+    let against: Vec<Option<AgainstPlain>> = rows.iter().map(|r| exact(r).then(|| strict.against(&r.rounds()))).collect();
+    for (r, a) in rows.iter_mut().zip(against) {
+        r.against_strict = a;
     }
 }
 
@@ -385,13 +400,14 @@ fn pooled_rate(sides: &[Side]) -> f64 {
 }
 
 /// One configuration's row from its runs (rounds) at one slot count.
-fn row(sides: &[Side], requests: &[Request], alone: &std::collections::HashMap<served::Key, String>, slots: u32, c: LoadConfig, base: f64) -> LoadRow {
+fn row(sides: &[Side], requests: &[Request], alone: &std::collections::HashMap<served::Key, Alone>, slots: u32, c: LoadConfig, base: f64) -> LoadRow {
     let records = || sides.iter().flat_map(|s| &s.records);
-    let (mut identical, mut compared) = (0, 0);
+    let (mut identical, mut compared, mut alone_tokens) = (0, 0, 0);
     for s in sides {
         let (same, differ) = s.identity(requests, alone);
         identical += same;
         compared += same + differ.len();
+        alone_tokens += s.alone_tokens(requests, alone);
     }
     let count = |f: fn(&Outcome) -> bool| records().filter(|r| f(&r.outcome)).count();
     let (mut tokens, mut drafted, mut accepted) = (0, 0, 0);
@@ -451,6 +467,7 @@ fn row(sides: &[Side], requests: &[Request], alone: &std::collections::HashMap<s
         identical,
         compared,
         tokens,
+        alone_tokens,
         wall_s,
         tok_per_s: rate,
         round_tok_per_s: sides.iter().map(Side::tok_per_s).collect(),
@@ -459,6 +476,7 @@ fn row(sides: &[Side], requests: &[Request], alone: &std::collections::HashMap<s
         p99_s: crate::quantile::quantile(&lat, 0.99),
         round_p99_s: round_lat.iter().map(|l| crate::quantile::quantile(l, 0.99)).collect(),
         against: AgainstPlain::default(),
+        against_strict: None,
         p50_by_label,
         drafted,
         accepted,
@@ -529,6 +547,15 @@ fn in_place_table(s: &mut String, rows: &[LoadRow]) {
     }
 }
 
+/// Tokens served against the same answers' alone, as a table cell's suffix (nothing where they are not known).
+pub(super) fn of_alone(tokens: u64, alone_tokens: u64) -> String {
+    if alone_tokens > 0 {
+        format!(" ({:.3}×)", tokens as f64 / alone_tokens as f64)
+    } else {
+        String::new()
+    }
+}
+
 /// A pooled value, followed by each round's when there are several.
 fn by_round(pooled: f64, rounds: &[f64]) -> String {
     match rounds {
@@ -559,7 +586,7 @@ pub fn markdown(rows: &[LoadRow], bases: &[CeilingBasis], o: &LoadOptions) -> St
         },
         if o.server_args.is_empty() { String::new() } else { format!(", every server with `{}`", o.server_args.join(" ")) }
     );
-    let _ = writeln!(s, "| -np | config | done | identical to alone | tok/s (by round) | × plain | p50 s | p99 s (by round) | p50 {} s | drafted | accepted | ceiling (γ) | of ceiling | healthy |", names.join(" / "));
+    let _ = writeln!(s, "| -np | config | done | identical to alone (its tokens × theirs) | tok/s (by round) | × plain | p50 s | p99 s (by round) | p50 {} s | drafted | accepted | ceiling (γ) | of ceiling | healthy |", names.join(" / "));
     let _ = writeln!(s, "|---:|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---|");
     for r in rows {
         let by_label: Vec<String> = r.p50_by_label.iter().map(|(_, v)| format!("{v:.1}")).collect();
@@ -569,9 +596,10 @@ pub fn markdown(rows: &[LoadRow], bases: &[CeilingBasis], o: &LoadOptions) -> St
             Some(c) => (format!("{:.2}× ({})", c.s, c.gamma), format!("{:.0}%", 100.0 * c.share)),
             None => ("–".into(), "–".into()),
         };
+        let work = of_alone(r.tokens, r.alone_tokens);
         let _ = writeln!(
             s,
-            "| {} | {} | {}/{} | {}/{} | {} | {:.2}× | {:.1} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {}/{} | {}/{}{work} | {} | {:.2}× | {:.1} | {} | {} | {} | {} | {} | {} | {} |",
             r.slots,
             r.config,
             r.done,
@@ -603,6 +631,24 @@ pub fn markdown(rows: &[LoadRow], bases: &[CeilingBasis], o: &LoadOptions) -> St
     if !pairs.is_empty() {
         let _ = writeln!(s, "\nEach round against plain's round beside it (ABBA order), the rates' ratio as a geometric mean over the rounds:");
         let _ = writeln!(s, "{}", pairs.join("\n"));
+    }
+    let strict: Vec<String> = rows
+        .iter()
+        .filter_map(|r| {
+            let (p, below) = r.against_strict.as_ref()?.paired.as_ref()?;
+            Some(format!(
+                "- -np {} {}: {:.3}× (95% interval {:.3}–{:.3}×, {} rounds); p99 at or below plain-strict's in {below} of {}",
+                r.slots, r.config, p.mean, p.lo, p.hi, p.rounds, p.rounds
+            ))
+        })
+        .collect();
+    if !strict.is_empty() {
+        let _ = writeln!(
+            s,
+            "\nAgainst plain-strict's round beside it: the same answers as alone, so the same work (plain's batches change \
+             some answers, and with them the tokens served and when slots free), the cost of exactness taken out:"
+        );
+        let _ = writeln!(s, "{}", strict.join("\n"));
     }
     at_speed_lines(&mut s, rows);
     let _ = writeln!(s, "\nSlowest requests (time to last token, of it in a slot, sent at into the round, tokens, drafted / accepted):");
@@ -789,7 +835,7 @@ mod tests {
         let plain = row(&[side(10.0, 2.0), side(20.0, 4.0)], &reqs, &HashMap::new(), 8, LoadConfig::Plain, 1.0);
         let kolm = row(&[side(10.0 / 1.1, 2.5), side(20.0 / 1.1, 3.0)], &reqs, &HashMap::new(), 8, LoadConfig::Kolm, 1.0);
         let mut rows = vec![plain, kolm];
-        pair_with_plain(&mut rows);
+        pair(&mut rows);
         assert!(rows[0].against.paired.is_none(), "plain is the reference");
         let (p, below) = rows[1].against.paired.clone().unwrap();
         assert!((p.mean - 1.1).abs() < 1e-9 && (p.lo - 1.1).abs() < 1e-9, "the drift between rounds cancels: {p:?}");
@@ -797,8 +843,45 @@ mod tests {
         let md = markdown(&rows, &[], &opts());
         assert!(md.contains("- -np 8 kolm: 1.100× (95% interval 1.100–1.100×, 2 rounds); p99 at or below plain's in 1 of 2"), "{md}");
         let mut one = vec![row(&[side(10.0, 2.0)], &reqs, &HashMap::new(), 8, LoadConfig::Plain, 1.0), row(&[side(9.0, 2.0)], &reqs, &HashMap::new(), 8, LoadConfig::Kolm, 1.0)];
-        pair_with_plain(&mut one);
+        pair(&mut one);
         assert!(one[1].against.paired.is_none() && !markdown(&one, &[], &opts()).contains("Each round against"), "one round: nothing to pair");
+    }
+
+    #[test]
+    fn exact_rows_are_read_against_plain_strict_too_and_every_row_against_the_tokens_asked() {
+        let reqs = plan(&workloads(&[("structured", &["s"])]), &opts());
+        let alone = HashMap::from([(("s".to_string(), 64), Alone { content: String::new(), tokens: 100 })]);
+        let rounds = |c, tokens, secs: [(f64, f64); 2]| {
+            let mut sides = secs.map(|(wall, p99)| one_answer(tokens, wall, p99));
+            for r in sides.iter_mut().flat_map(|s| &mut s.records) {
+                if let Outcome::Done { content, .. } = &mut r.outcome {
+                    *content = if tokens == 100 { String::new() } else { "cut short".into() };
+                }
+            }
+            row(&sides, &reqs, &alone, 8, c, 1.0)
+        };
+        // Plain's batches cut its answer to 93 tokens of the 100 it has alone, and its p99 is the lowest; kolm is 10%
+        // faster than plain-strict in both rounds, its p99 above plain-strict's in the second.
+        let mut rows = vec![
+            rounds(LoadConfig::Plain, 93, [(9.0, 2.0), (18.0, 4.0)]),
+            rounds(LoadConfig::PlainStrict, 100, [(11.0, 2.4), (22.0, 4.4)]),
+            rounds(LoadConfig::Kolm, 100, [(10.0, 2.3), (20.0, 4.6)]),
+            rounds(LoadConfig::NgramSimple, 100, [(10.0, 2.0), (20.0, 4.0)]),
+        ];
+        pair(&mut rows);
+        assert_eq!(rows.iter().map(|r| (r.tokens, r.alone_tokens)).collect::<Vec<_>>(), [(186, 200), (200, 200), (200, 200), (200, 200)]);
+        let strict: Vec<bool> = rows.iter().map(|r| r.against_strict.is_some()).collect();
+        assert_eq!(strict, [false, false, true, false], "only an exact configuration answers as plain-strict does");
+        let (p, below) = rows[2].against_strict.as_ref().unwrap().paired.clone().unwrap();
+        assert!((p.mean - 1.1).abs() < 1e-9 && (p.rounds, below) == (2, 1), "{p:?}");
+        assert_eq!(rows[2].against.paired.as_ref().unwrap().1, 0, "against plain, whose work was less, its p99 is above in both");
+        let md = markdown(&rows, &[], &opts());
+        assert!(md.contains("| 8 | plain | 2/2 | 0/2 (0.930×) |"), "plain's tokens against the answers alone: {md}");
+        assert!(md.contains("| 8 | kolm | 2/2 | 2/2 (1.000×) |"), "{md}");
+        assert!(md.contains("- -np 8 kolm: 1.100× (95% interval 1.100–1.100×, 2 rounds); p99 at or below plain-strict's in 1 of 2"), "{md}");
+        let json = serde_json::to_value(&rows[2]).unwrap();
+        assert!(json["against_strict"]["paired"].is_array() && json["alone_tokens"] == 200, "{json}");
+        assert!(serde_json::to_value(&rows[0]).unwrap()["against_strict"].is_null());
     }
 
     #[test]
@@ -811,7 +894,7 @@ mod tests {
         let kolm = |units: Vec<Option<f64>>| LoadRow { round_unit_ms: units, ..row(&[side(100.0 / 15.0), side(100.0 / 11.0)], &reqs, &HashMap::new(), 4, LoadConfig::Kolm, 1.0) };
         let (untimed, kolm) = (kolm(vec![Some(60.0), None]), kolm(vec![Some(60.0), Some(100.0)]));
         let mut rows = vec![plain, kolm, untimed];
-        pair_with_plain(&mut rows);
+        pair(&mut rows);
         assert!((rows[1].against.paired.as_ref().unwrap().0.mean - (1.5f64 * 1.1).sqrt()).abs() < 1e-9);
         let p = rows[1].against.paired_at_speed.as_ref().unwrap();
         assert!((p.mean - (0.9f64 * 1.1).sqrt()).abs() < 1e-9, "{p:?}");
@@ -839,7 +922,7 @@ mod tests {
         // kolm's one-token calls took 10% longer than plain's beside them in both rounds: its rates equal plain's,
         // so at one speed it reads 1.10×: a gain made of its own slowness, if that is what the slower calls are.
         let mut rows = vec![timed(LoadConfig::Plain, vec![100.0, 90.0]), timed(LoadConfig::Kolm, vec![110.0, 99.2])];
-        pair_with_plain(&mut rows);
+        pair(&mut rows);
         let u = rows[1].against.unit_vs_plain.as_ref().unwrap();
         assert!(u.lo > 1.0 && (u.mean - 1.1).abs() < 0.01, "{u:?}");
         let md = markdown(&rows, &[], &opts());

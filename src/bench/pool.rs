@@ -5,6 +5,7 @@
 //! one run's ([`Plain::against`]).
 
 use super::calls;
+use super::load::{of_alone, LoadConfig};
 use super::paired::{AgainstPlain, Plain, Rounds};
 use serde::Deserialize;
 use std::fmt::Write as _;
@@ -19,6 +20,12 @@ pub struct Counts {
     pub compared: usize,
     pub drafted: u64,
     pub accepted: u64,
+    /// Tokens served, and what the same answers have alone, summed over the runs that report both (reports older
+    /// than session 75 have no tokens alone).
+    #[serde(default)]
+    pub tokens: u64,
+    #[serde(default)]
+    pub alone_tokens: u64,
 }
 
 impl std::ops::AddAssign for Counts {
@@ -29,6 +36,10 @@ impl std::ops::AddAssign for Counts {
         self.compared += o.compared;
         self.drafted += o.drafted;
         self.accepted += o.accepted;
+        if o.alone_tokens > 0 {
+            self.tokens += o.tokens;
+            self.alone_tokens += o.alone_tokens;
+        }
     }
 }
 
@@ -94,6 +105,9 @@ pub struct PoolRow {
     pub healthy: bool,
     /// Against plain over the pairings of all runs (None for plain; with fewer than two pairings, `paired` is None).
     pub against: Option<AgainstPlain>,
+    /// Against plain-strict over the runs that served it: the same answers, so the same work (None for plain and
+    /// plain-strict, and where no run served plain-strict; [`super::load::LoadRow::against_strict`]).
+    pub against_strict: Option<AgainstPlain>,
     /// Runs in which it had no plain row at its slot count to be paired with: its counts are in, its rounds are not.
     pub unpaired_runs: usize,
 }
@@ -111,31 +125,42 @@ pub fn pool(runs: &[Run]) -> Vec<PoolRow> {
 }
 
 fn pooled(runs: &[Run], slots: u32, config: &str) -> PoolRow {
-    let mut row = PoolRow { slots, config: config.to_string(), runs: 0, counts: Counts::default(), healthy: true, against: None, unpaired_runs: 0 };
-    // Plain's rounds and this configuration's, run by run, each run cut to the rounds both have so round i of one
-    // stays beside round i of the other.
-    let (mut base, mut this) = (Columns::default(), Columns::default());
-    for run in runs {
-        let Some(r) = run.rows.iter().find(|r| r.slots == slots && r.config == config) else { continue };
+    let mut row =
+        PoolRow { slots, config: config.to_string(), runs: 0, counts: Counts::default(), healthy: true, against: None, against_strict: None, unpaired_runs: 0 };
+    for r in runs.iter().flat_map(|run| run.rows.iter().find(|r| r.slots == slots && r.config == config)) {
         row.runs += 1;
         row.counts += r.counts;
         row.healthy &= r.healthy;
-        if config == "plain" {
-            continue;
-        }
-        match run.rows.iter().find(|p| p.slots == slots && p.config == "plain") {
+    }
+    if config != "plain" {
+        let (against, unpaired) = against(runs, slots, config, "plain");
+        row.against = Some(against);
+        row.unpaired_runs = unpaired;
+    }
+    if LoadConfig::ALL.into_iter().any(|c| c.name() == config && c.exact() && c != LoadConfig::PlainStrict) {
+        let (against, unpaired) = against(runs, slots, config, LoadConfig::PlainStrict.name());
+        row.against_strict = (unpaired < row.runs).then_some(against);
+    }
+    row
+}
+
+/// `config` against `reference` over every run that served it, and in how many of those runs there was no
+/// `reference` row to pair it with. The reference's rounds and this configuration's gather run by run, each run cut
+/// to the rounds both have, so round i of one stays beside round i of the other.
+fn against(runs: &[Run], slots: u32, config: &str, reference: &str) -> (AgainstPlain, usize) {
+    let (mut base, mut this, mut unpaired) = (Columns::default(), Columns::default(), 0);
+    for run in runs {
+        let Some(r) = run.rows.iter().find(|r| r.slots == slots && r.config == config) else { continue };
+        match run.rows.iter().find(|p| p.slots == slots && p.config == reference) {
             Some(p) => {
                 let n = p.round_tok_per_s.len().min(r.round_tok_per_s.len());
                 base.extend(p, n);
                 this.extend(r, n);
             }
-            None => row.unpaired_runs += 1,
+            None => unpaired += 1,
         }
     }
-    if config != "plain" {
-        row.against = Some(Plain::new(base.rounds()).against(&this.rounds()));
-    }
-    row
+    (Plain::new(base.rounds()).against(&this.rounds()), unpaired)
 }
 
 /// Rounds gathered from several runs.
@@ -166,7 +191,7 @@ pub fn markdown(rows: &[PoolRow], runs: &[Run]) -> String {
     for run in runs {
         let _ = writeln!(s, "- `{}`", run.path.display());
     }
-    let _ = writeln!(s, "\n| -np | config | runs | pairings | × plain, rates (95%) | × plain at one speed (95%) | its units × plain's (95%) | p99 at or below plain's, rounds (at one speed) | drafted / accepted | identical to alone | done | healthy |");
+    let _ = writeln!(s, "\n| -np | config | runs | pairings | × plain, rates (95%) | × plain at one speed (95%) | its units × plain's (95%) | p99 at or below plain's, rounds (at one speed) | drafted / accepted | identical to alone (its tokens × theirs) | done | healthy |");
     let _ = writeln!(s, "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|");
     let ratio = |p: &super::paired::Paired| format!("{:.3}× ({:.3}–{:.3})", p.mean, p.lo, p.hi);
     for r in rows {
@@ -177,9 +202,10 @@ pub fn markdown(rows: &[PoolRow], runs: &[Run]) -> String {
             let at_speed = a.and_then(|a| a.p99_below_at_speed).map_or(String::new(), |k| format!(" ({k} of {})", p.rounds));
             format!("{below} of {}{at_speed}", p.rounds)
         });
+        let work = of_alone(r.counts.tokens, r.counts.alone_tokens);
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} / {} | {}/{} | {}/{} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} / {} | {}/{}{work} | {}/{} | {} |",
             r.slots,
             r.config,
             r.runs,
@@ -197,6 +223,19 @@ pub fn markdown(rows: &[PoolRow], runs: &[Run]) -> String {
             if r.healthy { "yes" } else { "**no**" }
         );
     }
+    let strict: Vec<String> = rows
+        .iter()
+        .filter_map(|r| {
+            let a = r.against_strict.as_ref()?;
+            let (p, below) = a.paired.as_ref()?;
+            let at_speed = a.paired_at_speed.as_ref().map_or(String::new(), |q| format!("; at one speed {}", ratio(q)));
+            Some(format!("- -np {} {}: {}, {} pairings{at_speed}; p99 at or below plain-strict's in {below} of {}", r.slots, r.config, ratio(p), p.rounds, p.rounds))
+        })
+        .collect();
+    if !strict.is_empty() {
+        let _ = writeln!(s, "\nAgainst plain-strict, paired the same way (the same answers as alone, so the same work; the cost of exactness taken out):");
+        let _ = writeln!(s, "{}", strict.join("\n"));
+    }
     for r in rows.iter().filter(|r| r.unpaired_runs > 0) {
         let _ = writeln!(s, "\n-np {} {}: {} run(s) had no plain row at this slot count; their counts are in the row, their rounds are not paired.", r.slots, r.config, r.unpaired_runs);
     }
@@ -213,7 +252,7 @@ mod tests {
         RunRow {
             slots: 8,
             config: config.into(),
-            counts: Counts { sent: 4 * n, done: 4 * n, identical: 3 * n, compared: 4 * n, drafted: 10, accepted: 9 },
+            counts: Counts { sent: 4 * n, done: 4 * n, identical: 3 * n, compared: 4 * n, drafted: 10, accepted: 9, ..Counts::default() },
             healthy: true,
             round_tok_per_s: rates.to_vec(),
             round_p99_s: p99.to_vec(),
@@ -240,7 +279,7 @@ mod tests {
         assert_eq!((p.rounds, below), (5, 3));
         let at_speed = k.against.as_ref().unwrap().paired_at_speed.clone().unwrap();
         assert_eq!(at_speed, paired(&[2000.0, 1995.0, 1995.0, 2000.0, 2090.0], &[1976.0, 2000.0, 2112.0, 2145.0, 2300.0]).unwrap());
-        assert_eq!(k.counts, Counts { sent: 20, done: 20, identical: 15, compared: 20, drafted: 20, accepted: 18 });
+        assert_eq!(k.counts, Counts { sent: 20, done: 20, identical: 15, compared: 20, drafted: 20, accepted: 18, ..Counts::default() });
         let md = markdown(&rows, &[run("a", vec![]), run("b", vec![])]);
         assert!(md.contains(&format!("| 8 | kolm | 2 | 5 | {:.3}× ({:.3}–{:.3}) |", p.mean, p.lo, p.hi)), "{md}");
         assert!(md.contains("| 8 | plain | 2 | – | – | – | – | – | 20 / 18 | 15/20 | 20/20 | yes |"), "{md}");
@@ -259,6 +298,35 @@ mod tests {
         assert!(a.paired_at_speed.is_none() && a.unit_vs_plain.is_none() && a.p99_below_at_speed.is_none(), "rounds without a unit: no reading at one speed");
         assert_eq!((k.runs, k.unpaired_runs, k.counts.sent), (3, 1, 28));
         assert!(markdown(&rows, &[]).contains("-np 8 kolm: 1 run(s) had no plain row at this slot count"));
+    }
+
+    #[test]
+    fn exact_rows_are_paired_with_plain_strict_in_the_runs_that_served_it() {
+        let work = |mut r: RunRow, tokens: u64| {
+            r.counts.tokens = tokens;
+            r.counts.alone_tokens = 100;
+            r
+        };
+        let a = run("a", vec![work(row("plain", &[20.0, 19.0], &[60.0, 62.0], None), 93), work(row("plain-strict", &[18.0, 17.0], &[64.0, 66.0], None), 100), work(row("kolm", &[19.8, 18.7], &[63.0, 67.0], None), 100)]);
+        let b = run("b", vec![work(row("plain", &[10.0, 11.0], &[120.0, 118.0], None), 93), work(row("plain-strict", &[9.0, 10.0], &[125.0, 124.0], None), 100), work(row("kolm", &[9.9, 11.0], &[124.0, 123.0], None), 100)]);
+        // A run without plain-strict, older than the tokens alone: kolm's rounds there are paired with plain only, and
+        // its tokens are left out of the ratio to the answers alone.
+        let old = |mut r: RunRow| {
+            r.counts.tokens = 300;
+            r
+        };
+        let c = run("c", vec![old(row("plain", &[10.0, 10.0], &[100.0, 100.0], None)), old(row("kolm", &[30.0, 30.0], &[10.0, 10.0], None))]);
+        let rows = pool(&[a, b, c]);
+        let by = |config: &str| rows.iter().find(|r| r.config == config).unwrap();
+        assert!(by("plain").against_strict.is_none() && by("plain-strict").against_strict.is_none(), "the references are not read against themselves");
+        let (p, below) = by("kolm").against_strict.as_ref().unwrap().paired.clone().unwrap();
+        assert_eq!(p, paired(&[18.0, 17.0, 9.0, 10.0], &[19.8, 18.7, 9.9, 11.0]).unwrap(), "runs a and b only");
+        assert_eq!(below, 3, "above plain-strict's p99 in one round of four");
+        assert_eq!(by("kolm").against.as_ref().unwrap().paired.as_ref().unwrap().0.rounds, 6, "against plain: every run");
+        let md = markdown(&rows, &[]);
+        assert!(md.contains(&format!("- -np 8 kolm: {:.3}× ({:.3}–{:.3}), 4 pairings; p99 at or below plain-strict's in 3 of 4", p.mean, p.lo, p.hi)), "{md}");
+        assert!(md.contains("| 8 | plain |") && md.contains("| 18/24 (0.930×) |"), "plain served 93 tokens a run of the 100 its answers have alone: {md}");
+        assert!(md.contains("| 18/24 (1.000×) |"), "run c's 300 tokens have nothing alone to be read against: {md}");
     }
 
     #[test]
