@@ -133,12 +133,12 @@ fn pooled(runs: &[Run], slots: u32, config: &str) -> PoolRow {
         row.healthy &= r.healthy;
     }
     if config != "plain" {
-        let (against, unpaired) = against(runs, slots, config, "plain");
+        let (against, unpaired) = paired_with(runs, slots, config, "plain");
         row.against = Some(against);
         row.unpaired_runs = unpaired;
     }
     if LoadConfig::ALL.into_iter().any(|c| c.name() == config && c.exact() && c != LoadConfig::PlainStrict) {
-        let (against, unpaired) = against(runs, slots, config, LoadConfig::PlainStrict.name());
+        let (against, unpaired) = paired_with(runs, slots, config, LoadConfig::PlainStrict.name());
         row.against_strict = (unpaired < row.runs).then_some(against);
     }
     row
@@ -147,7 +147,7 @@ fn pooled(runs: &[Run], slots: u32, config: &str) -> PoolRow {
 /// `config` against `reference` over every run that served it, and in how many of those runs there was no
 /// `reference` row to pair it with. The reference's rounds and this configuration's gather run by run, each run cut
 /// to the rounds both have, so round i of one stays beside round i of the other.
-fn against(runs: &[Run], slots: u32, config: &str, reference: &str) -> (AgainstPlain, usize) {
+fn paired_with(runs: &[Run], slots: u32, config: &str, reference: &str) -> (AgainstPlain, usize) {
     let (mut base, mut this, mut unpaired) = (Columns::default(), Columns::default(), 0);
     for run in runs {
         let Some(r) = run.rows.iter().find(|r| r.slots == slots && r.config == config) else { continue };
