@@ -1,8 +1,8 @@
 //! `kolm-rsd bench --pool`: several `bench --load` runs of one stream read as one. On a machine whose speed drifts
 //! between minutes, one run's three ABBA pairings are few: session 72 read the same path at `-np 8` at 0.932× in one
 //! run and 1.073× in the next, and only the seven pairings of both together gave an interval to quote. Each run's
-//! rounds stay paired with that run's plain rounds; the pairings of all runs are then read as `bench --load` reads
-//! one run's ([`Plain::against`]).
+//! rounds stay paired with that run's plain rounds (and an exact row's with its plain-strict rounds, where the run
+//! served them); the pairings of all runs are then read as `bench --load` reads one run's ([`Plain::against`]).
 
 use super::calls;
 use super::load::{of_alone, LoadConfig};
