@@ -64,13 +64,22 @@ impl LoadConfig {
         matches!(self, LoadConfig::Kolm | LoadConfig::KolmB)
     }
 
+    /// The configuration of a name ([`LoadConfig::name`]).
+    pub fn named(name: &str) -> Option<LoadConfig> {
+        LoadConfig::ALL.into_iter().find(|c| c.name() == name)
+    }
+
+    /// Whether a row of this name is also read against plain-strict: an exact configuration other than plain-strict
+    /// itself answers as it does, so it does the same work.
+    pub fn read_against_strict(name: &str) -> bool {
+        LoadConfig::named(name).is_some_and(|c| c.exact() && c != LoadConfig::PlainStrict)
+    }
+
     /// A comma-separated list of names; `plain` is always run first (every ratio is against it).
     pub fn parse_list(s: &str) -> Result<Vec<LoadConfig>, String> {
         let mut v = vec![LoadConfig::Plain];
         for name in s.split(',').map(str::trim).filter(|n| !n.is_empty()) {
-            let c = LoadConfig::ALL
-                .into_iter()
-                .find(|c| c.name() == name)
+            let c = LoadConfig::named(name)
                 .ok_or_else(|| format!("--configs: unknown load configuration `{name}` (known: plain, plain-strict, kolm-idle, kolm, kolm-b, ngram-simple)"))?;
             if !v.contains(&c) {
                 v.push(c);
@@ -343,10 +352,10 @@ fn pair(rows: &mut [LoadRow]) {
     for r in others {
         r.against = plain.against(&r.rounds());
     }
-    let exact = |r: &LoadRow| LoadConfig::ALL.into_iter().any(|c| c.name() == r.config && c.exact() && c != LoadConfig::PlainStrict);
     let Some(strict) = rows.iter().find(|r| r.config == LoadConfig::PlainStrict.name()) else { return };
     let strict = Plain::new(strict.rounds());
-    let against: Vec<Option<AgainstPlain>> = rows.iter().map(|r| exact(r).then(|| strict.against(&r.rounds()))).collect();
+    let against: Vec<Option<AgainstPlain>> =
+        rows.iter().map(|r| LoadConfig::read_against_strict(r.config).then(|| strict.against(&r.rounds()))).collect();
     for (r, a) in rows.iter_mut().zip(against) {
         r.against_strict = a;
     }
@@ -547,6 +556,20 @@ fn in_place_table(s: &mut String, rows: &[LoadRow]) {
     }
 }
 
+/// A line per row paired with `reference` round by round: the rates' ratio with its interval, and the rounds in which
+/// p99 was at or below the reference's.
+fn paired_lines<'a>(rows: &'a [LoadRow], reference: &str, against: impl Fn(&'a LoadRow) -> Option<&'a AgainstPlain>) -> Vec<String> {
+    rows.iter()
+        .filter_map(|r| {
+            let (p, below) = against(r)?.paired.as_ref()?;
+            Some(format!(
+                "- -np {} {}: {:.3}× (95% interval {:.3}–{:.3}×, {} rounds); p99 at or below {reference}'s in {below} of {}",
+                r.slots, r.config, p.mean, p.lo, p.hi, p.rounds, p.rounds
+            ))
+        })
+        .collect()
+}
+
 /// Tokens served against the same answers' alone, as a table cell's suffix (nothing where they are not known).
 pub(super) fn of_alone(tokens: u64, alone_tokens: u64) -> String {
     if alone_tokens > 0 {
@@ -618,30 +641,12 @@ pub fn markdown(rows: &[LoadRow], bases: &[CeilingBasis], o: &LoadOptions) -> St
             if r.healthy { "yes" } else { "**no**" }
         );
     }
-    let pairs: Vec<String> = rows
-        .iter()
-        .filter_map(|r| {
-            let (p, below) = r.against.paired.as_ref()?;
-            Some(format!(
-                "- -np {} {}: {:.3}× (95% interval {:.3}–{:.3}×, {} rounds); p99 at or below plain's in {below} of {}",
-                r.slots, r.config, p.mean, p.lo, p.hi, p.rounds, p.rounds
-            ))
-        })
-        .collect();
+    let pairs = paired_lines(rows, "plain", |r| Some(&r.against));
     if !pairs.is_empty() {
         let _ = writeln!(s, "\nEach round against plain's round beside it (ABBA order), the rates' ratio as a geometric mean over the rounds:");
         let _ = writeln!(s, "{}", pairs.join("\n"));
     }
-    let strict: Vec<String> = rows
-        .iter()
-        .filter_map(|r| {
-            let (p, below) = r.against_strict.as_ref()?.paired.as_ref()?;
-            Some(format!(
-                "- -np {} {}: {:.3}× (95% interval {:.3}–{:.3}×, {} rounds); p99 at or below plain-strict's in {below} of {}",
-                r.slots, r.config, p.mean, p.lo, p.hi, p.rounds, p.rounds
-            ))
-        })
-        .collect();
+    let strict = paired_lines(rows, "plain-strict", |r| r.against_strict.as_ref());
     if !strict.is_empty() {
         let _ = writeln!(
             s,

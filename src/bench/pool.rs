@@ -137,7 +137,7 @@ fn pooled(runs: &[Run], slots: u32, config: &str) -> PoolRow {
         row.against = Some(against);
         row.unpaired_runs = unpaired;
     }
-    if LoadConfig::ALL.into_iter().any(|c| c.name() == config && c.exact() && c != LoadConfig::PlainStrict) {
+    if LoadConfig::read_against_strict(config) {
         let (against, unpaired) = paired_with(runs, slots, config, LoadConfig::PlainStrict.name());
         row.against_strict = (unpaired < row.runs).then_some(against);
     }

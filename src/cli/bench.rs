@@ -315,7 +315,7 @@ fn run_load(a: BenchArgs) -> Result<i32, Box<dyn std::error::Error>> {
     std::fs::write(o.out.join("load.json"), serde_json::to_string_pretty(&serde_json::json!({ "rows": rows, "ceiling_basis": bases }))?)?;
     println!("\nraw numbers: {}", o.out.join("load.json").display());
     let differ: usize = rows.iter().map(|r| r.compared - r.identical).sum();
-    let exact = |name: &str| LoadConfig::ALL.iter().any(|c| c.name() == name && load::promised(&o, *c));
+    let exact = |name: &str| LoadConfig::named(name).is_some_and(|c| load::promised(&o, c));
     let strict = rows.iter().filter(|r| exact(r.config)).map(|r| r.compared - r.identical).sum::<usize>();
     if strict > 0 && !a.allow_mismatch {
         eprintln!("!!!! {strict} OUTPUT(S) WITH STRICT BATCHING OR THE PLUGIN DIFFER FROM THE PROMPT SERVED ALONE !!!!");
