@@ -84,21 +84,32 @@ pub struct Limits {
     pub request_timeout: Duration,
 }
 
+/// How far apart the clients' first requests are sent, in request order. Sent at once, they reach
+/// llama-server's task queue in a racy order that differs from server to server, so which request waits for the
+/// last free slot (and sets the p99) changed between configurations served the same stream. Spaced, every server
+/// queues them alike; 5 ms sufficed on a loaded 2-core machine, this leaves margin and costs 0.3 s for 16 clients.
+pub const FIRST_SENDS_APART: Duration = Duration::from_millis(20);
+
 /// Serves `requests` in order with `limits.clients` threads against 127.0.0.1:`port`; returns one record
-/// per request sent (in request order) and the run's wall time. Requests not sent before the deadline are
-/// left out.
+/// per request sent (in request order) and the run's wall time. The first request of each client is sent
+/// [`FIRST_SENDS_APART`] after the one before it; later ones as soon as a client is free. Requests not sent before
+/// the deadline are left out.
 pub fn run(port: u16, requests: &[Request], limits: Limits) -> (Vec<Record>, f64) {
     let next = AtomicUsize::new(0);
     let records = Mutex::new(Vec::with_capacity(requests.len()));
     let t0 = Instant::now();
+    let clients = limits.clients.max(1);
     std::thread::scope(|s| {
-        for _ in 0..limits.clients.max(1) {
+        for _ in 0..clients {
             s.spawn(|| {
                 let agent = ureq::AgentBuilder::new().timeout(limits.request_timeout).build();
                 loop {
                     let i = next.fetch_add(1, Ordering::Relaxed);
                     if i >= requests.len() || t0.elapsed() > limits.deadline {
                         break;
+                    }
+                    if i < clients {
+                        std::thread::sleep((FIRST_SENDS_APART * i as u32).saturating_sub(t0.elapsed()));
                     }
                     let started = t0.elapsed().as_secs_f64();
                     let t = Instant::now();
@@ -235,6 +246,24 @@ mod tests {
         let port = serve(bad, 1);
         let raw = req(Kind::Raw { path: "/completion", body: "{".into() });
         assert_eq!(send(&agent, port, &raw), Outcome::Refused { status: 400, message: "no prompt".into() });
+    }
+
+    #[test]
+    fn the_first_requests_go_out_in_turn_and_the_rest_as_clients_free() {
+        let ok = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n\
+                  {\"content\":\"x\",\"timings\":{\"predicted_n\":1}}";
+        let port = serve(ok, 6);
+        let limits = Limits { clients: 4, deadline: Duration::from_secs(60), request_timeout: Duration::from_secs(10) };
+        let (records, _) = run(port, &vec![req(Kind::Plain); 6], limits);
+        assert_eq!(records.iter().map(|r| r.request).collect::<Vec<_>>(), [0, 1, 2, 3, 4, 5]);
+        assert!(records.iter().all(|r| matches!(r.outcome, Outcome::Done { .. })), "{records:?}");
+        let apart = FIRST_SENDS_APART.as_secs_f64();
+        for r in &records[..4] {
+            assert!(r.started >= apart * r.request as f64, "request {} sent at {} s, before its turn", r.request, r.started);
+        }
+        // The fifth and sixth wait for a free client, not for a turn of their own.
+        let first_free = records[..4].iter().map(|r| r.started + r.secs).fold(f64::INFINITY, f64::min);
+        assert!(records[4].started >= first_free, "{records:?}");
     }
 
     #[test]

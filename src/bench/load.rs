@@ -11,7 +11,7 @@ use super::steps::{self, InPlace};
 use super::Observer;
 use crate::load::served::{self, Alone, Side};
 use crate::llama::{Model, ModelOptions};
-use crate::load::{Kind, Limits, Outcome, Request};
+use crate::load::{Kind, Limits, Outcome, Request, FIRST_SENDS_APART};
 use crate::server::{plugin_summary, Server, ServerError, ServerOptions};
 use serde::Serialize;
 use std::fmt::Write as _;
@@ -593,12 +593,13 @@ pub fn markdown(rows: &[LoadRow], bases: &[CeilingBasis], o: &LoadOptions) -> St
     let names: Vec<&str> = rows.first().map(|r| r.p50_by_label.iter().map(|(l, _)| l.as_str()).collect()).unwrap_or_default();
     let _ = writeln!(
         s,
-        "{} clients × {} requests ({}{}, a quarter streamed{}), {} round(s) per configuration, `n_predict` {}, {} KV cells a slot, model `{}`, {}{}\n",
+        "{} clients × {} requests ({}{}, a quarter streamed{}; the first of each client sent {} ms apart, in order), {} round(s) per configuration, `n_predict` {}, {} KV cells a slot, model `{}`, {}{}\n",
         o.clients,
         o.per_client,
         names.join(" and "),
         if names.len() > 1 { " in turn" } else { "" },
         if o.cache_prompt { ", `cache_prompt` true (the answers served alone without it)" } else { "" },
+        FIRST_SENDS_APART.as_millis(),
         o.repeat.max(1),
         o.n_predict,
         o.slot_ctx,
@@ -769,9 +770,9 @@ mod tests {
         let r = row(&[side], &reqs, &HashMap::new(), 4, LoadConfig::Plain, 1.0);
         assert_eq!(r.p50_by_label.iter().map(|(l, _)| l.as_str()).collect::<Vec<_>>(), ["mt-bench", "json-extraction"], "in the stream's order");
         let md = markdown(&[r], &[], &opts());
-        assert!(md.contains("(mt-bench and json-extraction in turn, a quarter streamed)"), "{md}");
+        assert!(md.contains("(mt-bench and json-extraction in turn, a quarter streamed; the first of each client sent 20 ms apart, in order)"), "{md}");
         let cached = markdown(&[], &[], &LoadOptions { cache_prompt: true, ..opts() });
-        assert!(cached.contains("a quarter streamed, `cache_prompt` true (the answers served alone without it))"), "{cached}");
+        assert!(cached.contains("a quarter streamed, `cache_prompt` true (the answers served alone without it); the first"), "{cached}");
         assert!(md.contains("| p50 mt-bench / json-extraction s |"), "{md}");
         assert!(md.contains("| 1.0 / 2.0 |"), "each workload's p50 by nearest rank (1, 3 s and 2, 4 s): {md}");
         assert!(md.contains("pack `m.recipes.json`"), "{md}");
