@@ -45,12 +45,24 @@ pub fn read(path: &Path, slots: usize) -> Result<Option<Calls>, String> {
     parse(&text, slots).map_err(|e| format!("{}: {e}", path.display()))
 }
 
-fn parse(text: &str, slots: usize) -> Result<Option<Calls>, String> {
+/// The machine's speed call by call in a run at `slots` slots: each call of one token from every slot, in order,
+/// over the median of them all (1.10: that call took 10% longer than the run's typical one). What a replay needs
+/// to serve at this machine's drift and noise ([`crate::replay::Serving::machine`]); empty when no call had one
+/// token from each slot.
+pub fn speeds(path: &Path, slots: usize) -> Result<Vec<f64>, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let (times, ones) = calls(&text, slots).map_err(|e| format!("{}: {e}", path.display()))?;
+    let ones: Vec<f64> = ones.iter().map(|&i| times[i]).collect();
+    let median = crate::quantile::median(&ones).max(1.0);
+    Ok(ones.iter().map(|t| t / median).collect())
+}
+
+/// Every call's time (µs), and the indices of those of one token from every slot.
+fn calls(text: &str, slots: usize) -> Result<(Vec<f64>, Vec<usize>), String> {
     let mut lines = text.lines();
     if lines.next() != Some(HEADER) {
         return Err("not a call log of patch 0022 (its header differs)".into());
     }
-    // Every call's time, and the indices of those of one token from every slot.
     let (mut times, mut ones) = (Vec::new(), Vec::new());
     for (i, line) in lines.enumerate() {
         let bad = || format!("line {}: `{line}` is not a call", i + 2);
@@ -61,6 +73,11 @@ fn parse(text: &str, slots: usize) -> Result<Option<Calls>, String> {
         }
         times.push(us as f64);
     }
+    Ok((times, ones))
+}
+
+fn parse(text: &str, slots: usize) -> Result<Option<Calls>, String> {
+    let (times, ones) = calls(text, slots)?;
     if ones.is_empty() {
         return Ok(None);
     }
@@ -113,6 +130,19 @@ mod tests {
         // The one call at the seam whose nearest eight are half fast, half slow counts 200/150 for 1: 7 s over 50⅓.
         assert!((c.unit_ms - 7000.0 / (50.0 + 1.0 / 3.0)).abs() < 1e-9, "{c:?}");
         assert!((c.unit_ms - 140.0).abs() < 1.4, "within 1% of the run's speed: {c:?}");
+    }
+
+    #[test]
+    fn speeds_are_the_calls_of_one_token_a_slot_over_their_median() {
+        let log = format!("{HEADER}\n90000\t4\t0\t4\t4\n60000\t4\t0\t4\t4\n95000\t5\t0\t5\t4\n400000\t128\t128\t1\t1\n75000\t4\t0\t4\t4\n");
+        let path = std::env::temp_dir().join(format!("kolm-calls-speeds-{}.tsv", std::process::id()));
+        std::fs::write(&path, log).unwrap();
+        let s = speeds(&path, 4).unwrap();
+        assert_eq!(s, [1.2, 0.8, 1.0], "90, 60 and 75 ms over their median 75; the draft's and the prompt's calls left out");
+        assert!(speeds(&path, 8).unwrap().is_empty());
+        std::fs::remove_file(&path).unwrap();
+        let e = speeds(&path, 4).unwrap_err();
+        assert!(e.contains(&path.display().to_string()), "names the file: {e}");
     }
 
     #[test]

@@ -14,7 +14,7 @@ use kolm_rsd::live::{Live, LiveConfig};
 use kolm_rsd::pack::MAX_N;
 use kolm_rsd::shape::ShapeTable;
 use kolm_rsd::teacher::Teacher;
-use kolm_rsd::bench::load_ceiling;
+use kolm_rsd::bench::{calls, load_ceiling};
 use kolm_rsd::{compile, engine, vocab, workload};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -85,6 +85,11 @@ pub struct ReplayArgs {
     /// e.g. `shared_sure=0.8`; repeat the flag for one row each (without it: one row as the plugin's defaults).
     #[arg(long, value_name = "ARG", requires = "slots")]
     plugin_arg: Vec<String>,
+    /// A plain llama-server's call log from `bench --load` (e.g. `calls-np4-plain-r1.tsv`), the machine the `--slots`
+    /// rows run on: each step at the speed the log's calls of one token a slot ran at, in turn, with their drift and
+    /// scatter (without it: a steady machine); repeat the flag for one set of rows each.
+    #[arg(long, value_name = "FILE", requires = "slots")]
+    machine: Vec<PathBuf>,
 }
 
 /// The greedy continuations of `prompts` and `warm`: from `--recordings` where it has them, recorded otherwise (and
@@ -252,7 +257,7 @@ pub fn run(a: &ReplayArgs) -> CliResult {
             let single = &costs.single_ms;
             let step = |shape: &[usize]| load_ceiling::priced(single, shape, Layout::Unified) / single[0];
             let prompt_cost = |len: usize| costs.prompt_ms(len) / single[0];
-            let serving = Serving { slots: n, clients: usize::from(a.load_clients), step: &step, prompt: &prompt_cost, unit_ns: single[0] * 1e6, marked: false };
+            let serving = Serving { slots: n, clients: usize::from(a.load_clients), step: &step, prompt: &prompt_cost, unit_ns: single[0] * 1e6, machine: &[], marked: false };
             let setups: Vec<(String, DrafterConfig)> = plugin
                 .iter()
                 .map(|(arg, e)| {
@@ -264,7 +269,16 @@ pub fn run(a: &ReplayArgs) -> CliResult {
                 "-np {n} (one slot verifying 1, 2, 8, 16 tokens: {:.1}, {:.1}, {:.1}, {:.1} ms; a prompt of {} tokens {:.0} ms)",
                 single[0], single[1], single[7], single[15], costs.prompt.0, costs.prompt.1
             );
-            rows.serve(&label, &setups, &serving, !a.prediction)?;
+            if a.machine.is_empty() {
+                rows.serve(&label, &setups, &serving, !a.prediction)?;
+            }
+            for path in &a.machine {
+                let speeds = calls::speeds(path, n)?;
+                if speeds.is_empty() {
+                    return Err(format!("{}: --machine: no call of one token from each of {n} slots", path.display()).into());
+                }
+                rows.serve(&format!("{label}, on the machine of {}", path.display()), &setups, &Serving { machine: &speeds, ..serving }, !a.prediction)?;
+            }
         }
     }
     let traced = rows.traced;

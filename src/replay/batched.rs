@@ -93,6 +93,10 @@ pub struct Serving<'a> {
     pub prompt: &'a dyn Fn(usize) -> f64,
     /// A unit on the drafter's clock.
     pub unit_ns: f64,
+    /// The machine's speed step by step: the k-th step, and the prompts begun in it, cost `machine[k]` times their
+    /// price (taken in turn; empty: a steady machine). A served machine drifts and its steps scatter
+    /// ([`crate::bench::calls::speeds`]), and what the drafter measures of them, its gate above all, must hold there.
+    pub machine: &'a [f64],
     /// Whether each step is marked to the drafter before its proposals (vLLM's proposer drafts a step's rows in
     /// one call); llama-server's plugin is asked slot by slot in slot order, and the drafter tells steps by that.
     pub marked: bool,
@@ -101,7 +105,7 @@ pub struct Serving<'a> {
 impl Serving<'_> {
     /// A step's cost only: prompts free, every request sent at once.
     pub fn steps(slots: usize, step: &dyn Fn(&[usize]) -> f64, unit_ns: f64) -> Serving<'_> {
-        Serving { slots, clients: 0, step, prompt: &|_| 0.0, unit_ns, marked: false }
+        Serving { slots, clients: 0, step, prompt: &|_| 0.0, unit_ns, machine: &[], marked: false }
     }
 
     /// Each step marked to the drafter, as vLLM's proposer marks them.
@@ -177,6 +181,7 @@ fn replay_batched_with(mut d: Option<&mut dyn Batched>, runs: &[Recorded], n_max
     let mut clients = Clients::new(runs.len(), s.clients);
     let mut next = 0;
     let mut clock = 0.0f64;
+    let mut steps = 0usize;
     let mut out = Served { latency: vec![0.0; runs.len()], ..Served::default() };
     loop {
         // Free slots take the next requests sent by now: their prompts are decoded in this step, beside the other
@@ -215,6 +220,9 @@ fn replay_batched_with(mut d: Option<&mut dyn Batched>, runs: &[Recorded], n_max
             return out;
         }
         let step = if shape.iter().any(|&t| t > 0) { (s.step)(&shape) } else { 0.0 };
+        let speed = if s.machine.is_empty() { 1.0 } else { s.machine[steps % s.machine.len()] };
+        steps += 1;
+        let (prompts, step) = (prompts * speed, step * speed);
         clock += prompts + step;
         out.prompt_cost += prompts;
         out.total.passes += usize::from(step > 0.0);
@@ -287,7 +295,7 @@ mod tests {
         let runs: Vec<Recorded> = (0..5).map(copying).collect();
         let p = 0.01 * runs[0].prompt.len() as f64;
         assert!(runs.iter().all(|r| r.prompt.len() == runs[0].prompt.len()));
-        let serving = Serving { slots: 2, clients: 3, step: &|_| 1.0, prompt: &|n| 0.01 * n as f64, unit_ns: 1e6, marked: false };
+        let serving = Serving { slots: 2, clients: 3, step: &|_| 1.0, prompt: &|n| 0.01 * n as f64, unit_ns: 1e6, machine: &[], marked: false };
         let plain = replay_batched(None, &runs, 15, &serving);
         let want = [2.0 * p + 62.0, 2.0 * p + 62.0, 4.0 * p + 124.0, 2.0 * p + 62.0, 3.0 * p + 124.0];
         for (got, want) in plain.latency.iter().zip(want) {
@@ -295,6 +303,25 @@ mod tests {
         }
         assert!((plain.total.cost - (5.0 * p + 186.0)).abs() < 1e-9 && (plain.prompt_cost - 5.0 * p).abs() < 1e-9, "{plain:?}");
         assert_eq!(plain.total.passes, 3 * 62);
+    }
+
+    #[test]
+    fn a_drifting_machine_prices_each_step_at_its_speed() {
+        // The same five requests at two slots on a machine twice as slow throughout: twice the cost, prompts
+        // included, in as many steps; and on one that is slow only from its 63rd step, the first 62 steps (the
+        // prompts of requests 0 and 1 and their answers, alone in their slots) cost what they cost at full speed.
+        let runs: Vec<Recorded> = (0..5).map(copying).collect();
+        let p = 0.01 * runs[0].prompt.len() as f64;
+        let steady = Serving { slots: 2, clients: 3, step: &|_| 1.0, prompt: &|n| 0.01 * n as f64, unit_ns: 1e6, machine: &[], marked: false };
+        let plain = replay_batched(None, &runs, 15, &steady);
+        let slow = replay_batched(None, &runs, 15, &Serving { machine: &[2.0], ..steady });
+        assert_eq!(slow.total.passes, plain.total.passes);
+        assert!((slow.total.cost - 2.0 * plain.total.cost).abs() < 1e-9 && (slow.prompt_cost - 2.0 * plain.prompt_cost).abs() < 1e-9, "{slow:?}");
+        let mut later = vec![1.0; 63];
+        later.extend([2.0; 400]);
+        let l = replay_batched(None, &runs, 15, &Serving { machine: &later, ..steady });
+        assert!((l.latency[0] - (2.0 * p + 62.0)).abs() < 1e-9, "{:?}", l.latency);
+        assert!((l.total.cost - (2.0 * p + 62.0 + 2.0 * (3.0 * p + 124.0))).abs() < 1e-9, "{l:?}");
     }
 
     #[test]
