@@ -226,6 +226,21 @@ pub fn plan(workloads: &[Prompts], o: &LoadOptions) -> Vec<Request> {
         .collect()
 }
 
+/// What the report says of the stream's prompts when some come twice in a round: a repeated prompt's answer is
+/// one the plugin's live index (`live=mem`) may have learned while serving it the first time, so a configuration
+/// with one is then measured on traffic it has already seen as well as on new.
+pub fn repeats_line(requests: &[Request]) -> Option<String> {
+    let mut seen = ahash::AHashSet::new();
+    let repeats = requests.iter().filter(|r| !seen.insert(r.prompt.as_str())).count();
+    (repeats > 0).then(|| {
+        format!(
+            "{} requests a round of {} distinct prompts: {repeats} repeat one sent earlier in the round, whose answer the plugin's live index may have learned by then.\n\n",
+            requests.len(),
+            seen.len()
+        )
+    })
+}
+
 /// Whether `c`'s answers in this run must each be byte-identical to the prompt served alone: an exact configuration,
 /// and with cached prompts only when its server reuses them exactly (`--cache-exact`, docs/batch-invariance.md).
 pub fn promised(o: &LoadOptions, c: LoadConfig) -> bool {
@@ -739,6 +754,15 @@ mod tests {
 
     fn workloads(sets: &[(&str, &[&str])]) -> Vec<Prompts> {
         sets.iter().map(|(name, p)| Prompts { name: name.to_string(), prompts: p.iter().map(|x| x.to_string()).collect() }).collect()
+    }
+
+    #[test]
+    fn a_stream_that_repeats_prompts_says_so() {
+        let p = |n: usize| Prompts { name: "w".into(), prompts: (0..n).map(|i| format!("p{i}")).collect() };
+        let o = LoadOptions { clients: 16, per_client: 2, ..opts() };
+        let line = repeats_line(&plan(&[p(18)], &o)).unwrap();
+        assert!(line.starts_with("32 requests a round of 18 distinct prompts: 14 repeat one"), "{line}");
+        assert_eq!(repeats_line(&plan(&[p(41)], &o)), None, "41 prompts serve 32 requests once each");
     }
 
     #[test]

@@ -309,7 +309,7 @@ fn run_load(a: BenchArgs) -> Result<i32, Box<dyn std::error::Error>> {
     let rows = load::run(&workloads, &o, &obs);
     obs.0.finish_and_clear();
     let (rows, bases) = rows?;
-    let md = load::markdown(&rows, &bases, &o);
+    let md = load::repeats_line(&load::plan(&workloads, &o)).unwrap_or_default() + &load::markdown(&rows, &bases, &o);
     print!("{md}");
     std::fs::write(o.out.join("load.md"), &md)?;
     std::fs::write(o.out.join("load.json"), serde_json::to_string_pretty(&serde_json::json!({ "rows": rows, "ceiling_basis": bases }))?)?;

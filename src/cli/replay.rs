@@ -32,6 +32,7 @@ pub struct ReplayArgs {
     /// --workloads` sends them.
     #[arg(long, default_value = "json-extraction")]
     workload: String,
+    /// Held-out prompts replayed; past the workload's last one the first ones come again.
     #[arg(long, default_value_t = 6)]
     prompts: usize,
     /// Tokens generated per prompt (greedy).
@@ -137,7 +138,10 @@ pub fn run(a: &ReplayArgs) -> CliResult {
     let (train, held): (Vec<_>, Vec<_>) = splits.into_iter().unzip();
     let (train, held) = (workload::in_turn(&train), workload::in_turn(&held));
     let tokenize = |p: &workload::Prompt| model.tokenize(&compile::templated(&model, &p.text), true, true);
-    let prompts: Vec<Vec<i32>> = held.iter().take(a.prompts).map(tokenize).collect::<Result<_, _>>()?;
+    // Past the last held-out prompt the first ones come again, as in `bench --load`'s stream (whose live index then
+    // knows their answers).
+    let prompts: Vec<Vec<i32>> = held.iter().cycle().take(a.prompts).map(tokenize).collect::<Result<_, _>>()?;
+    let repeats = a.prompts.saturating_sub(held.len()).min(prompts.len());
     let n_warm = a.live.unwrap_or(0);
     let warm: Vec<Vec<i32>> = train.iter().take(n_warm).map(tokenize).collect::<Result<_, _>>()?;
     if warm.len() < n_warm {
@@ -160,11 +164,12 @@ pub fn run(a: &ReplayArgs) -> CliResult {
         ("free verification (β = 1, a GPU's limit)", &|_| 1.0),
     ];
     println!(
-        "replay: {} on {} ({} held-out prompts × {} tokens), pack {}, request's own text {}, prediction {}, live index {}",
+        "replay: {} on {} ({} held-out prompts × {} tokens{}), pack {}, request's own text {}, prediction {}, live index {}",
         a.model.display(),
         a.workload,
         runs.len(),
         a.tokens,
+        if repeats > 0 { format!("; the last {repeats} repeat the first ones") } else { String::new() },
         pack.as_ref().map_or("none".into(), |p| p.display().to_string()),
         match a.context.as_str() { "answer" => "(the answer's only)", c => c },
         if a.prediction { "the prompt's code block" } else { "none" },
