@@ -88,7 +88,7 @@ pub struct ReplayArgs {
     plugin_arg: Vec<String>,
     /// A plain llama-server's call log from `bench --load` (e.g. `calls-np4-plain-r1.tsv`), the machine the `--slots`
     /// rows run on: each step at the speed the log's calls of one token a slot ran at, in turn, with their drift and
-    /// scatter (without it: a steady machine); repeat the flag for one set of rows each.
+    /// scatter; repeat the flag for one set of rows each, after the steady machine's (the same call costs).
     #[arg(long, value_name = "FILE", requires = "slots")]
     machine: Vec<PathBuf>,
 }
@@ -274,9 +274,7 @@ pub fn run(a: &ReplayArgs) -> CliResult {
                 "-np {n} (one slot verifying 1, 2, 8, 16 tokens: {:.1}, {:.1}, {:.1}, {:.1} ms; a prompt of {} tokens {:.0} ms)",
                 single[0], single[1], single[7], single[15], costs.prompt.0, costs.prompt.1
             );
-            if a.machine.is_empty() {
-                rows.serve(&label, &setups, &serving, !a.prediction)?;
-            }
+            rows.serve(&label, &setups, &serving, !a.prediction)?;
             for path in &a.machine {
                 let speeds = calls::speeds(path, n)?;
                 if speeds.is_empty() {
