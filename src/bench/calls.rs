@@ -41,8 +41,7 @@ pub fn log_name(slots: u32, config: &str, round: usize) -> String {
 
 /// Reads a call log of a run at `slots` slots; None when no call had one token from each slot.
 pub fn read(path: &Path, slots: usize) -> Result<Option<Calls>, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    parse(&text, slots).map_err(|e| format!("{}: {e}", path.display()))
+    with_log(path, |text| parse(text, slots))
 }
 
 /// The machine's speed call by call in a run at `slots` slots: each call of one token from every slot, in order,
@@ -50,11 +49,17 @@ pub fn read(path: &Path, slots: usize) -> Result<Option<Calls>, String> {
 /// to serve at this machine's drift and noise ([`crate::replay::Serving::machine`]); empty when no call had one
 /// token from each slot.
 pub fn speeds(path: &Path, slots: usize) -> Result<Vec<f64>, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let (times, ones) = calls(&text, slots).map_err(|e| format!("{}: {e}", path.display()))?;
-    let ones: Vec<f64> = ones.iter().map(|&i| times[i]).collect();
-    let median = crate::quantile::median(&ones).max(1.0);
-    Ok(ones.iter().map(|t| t / median).collect())
+    with_log(path, |text| {
+        let (times, ones) = calls(text, slots)?;
+        let ones: Vec<f64> = ones.iter().map(|&i| times[i]).collect();
+        let median = crate::quantile::median(&ones).max(1.0);
+        Ok(ones.iter().map(|t| t / median).collect())
+    })
+}
+
+/// `read` of the call log at `path`, its errors (the file's and the log's) naming the file.
+fn with_log<T>(path: &Path, read: impl FnOnce(&str) -> Result<T, String>) -> Result<T, String> {
+    std::fs::read_to_string(path).map_err(|e| e.to_string()).and_then(|text| read(&text)).map_err(|e| format!("{}: {e}", path.display()))
 }
 
 /// Every call's time (µs), and the indices of those of one token from every slot.

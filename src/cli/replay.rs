@@ -116,6 +116,15 @@ fn record(model: &Model, a: &ReplayArgs, longest: usize, prompts: Vec<Vec<i32>>,
     Ok((runs(prompts), runs(warm)))
 }
 
+/// The speeds of a `--machine` call log at `n` slots ([`calls::speeds`]), refused when it has none.
+fn machine(path: &Path, n: usize) -> Result<Vec<f64>, String> {
+    let speeds = calls::speeds(path, n)?;
+    if speeds.is_empty() {
+        return Err(format!("{}: --machine: no call of one token from each of {n} slots", path.display()));
+    }
+    Ok(speeds)
+}
+
 fn context_lengths(v: &str) -> Result<(usize, usize), String> {
     let bad = || format!("`{v}`: two context lengths in 2..={MAX_N}, as LITERAL,SHAPE");
     let (l, s) = v.split_once(',').ok_or_else(bad)?;
@@ -126,6 +135,9 @@ fn context_lengths(v: &str) -> Result<(usize, usize), String> {
 pub fn run(a: &ReplayArgs) -> CliResult {
     // Before the recording, which takes minutes: a trace that cannot be written fails at once.
     let mut trace = a.trace.as_deref().map(Trace::create).transpose()?;
+    // So does a `--machine` log that cannot be read or has no step of one token from each slot: per `--slots`, the
+    // speeds of each log.
+    let machines = a.slots.iter().map(|&n| a.machine.iter().map(|p| machine(p, usize::from(n))).collect::<Result<Vec<_>, _>>()).collect::<Result<Vec<_>, _>>()?;
     let plugin_args: Vec<&str> = if a.plugin_arg.is_empty() { vec![""] } else { a.plugin_arg.iter().map(String::as_str).collect() };
     let plugin = plugin_args.iter().map(|&arg| Ok((arg, engine::EngineConfig::from_plugin_arg(arg, "")?))).collect::<Result<Vec<_>, engine::EngineError>>()?;
     let model = Model::load(&a.model, &ModelOptions::default())?;
@@ -256,7 +268,7 @@ pub fn run(a: &ReplayArgs) -> CliResult {
         // Calls priced at a slot's mean depth, the recordings' halfway point, and a prompt of the mean length.
         let mean = |f: &dyn Fn(&Recorded) -> usize| runs.iter().map(f).sum::<usize>() / runs.len().max(1);
         let (n_past, prompt) = (mean(&|r| r.prompt.len() + r.output.len() / 2), mean(&|r| r.prompt.len()));
-        for &n in &a.slots {
+        for (&n, machines) in a.slots.iter().zip(&machines) {
             let n = usize::from(n);
             let costs = load_ceiling::call_costs(&model, n, 0, n_past, prompt.max(1), 9)?;
             let single = &costs.single_ms;
@@ -275,12 +287,8 @@ pub fn run(a: &ReplayArgs) -> CliResult {
                 single[0], single[1], single[7], single[15], costs.prompt.0, costs.prompt.1
             );
             rows.serve(&label, &setups, &serving, !a.prediction)?;
-            for path in &a.machine {
-                let speeds = calls::speeds(path, n)?;
-                if speeds.is_empty() {
-                    return Err(format!("{}: --machine: no call of one token from each of {n} slots", path.display()).into());
-                }
-                rows.serve(&format!("{label}, on the machine of {}", path.display()), &setups, &Serving { machine: &speeds, ..serving }, !a.prediction)?;
+            for (path, speeds) in a.machine.iter().zip(machines) {
+                rows.serve(&format!("{label}, on the machine of {}", path.display()), &setups, &Serving { machine: speeds, ..serving }, !a.prediction)?;
             }
         }
     }
