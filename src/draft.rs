@@ -23,6 +23,7 @@ pub mod class;
 mod config;
 pub mod context;
 pub mod control;
+pub mod decision;
 pub mod enumeration;
 pub mod gate;
 mod lag;
@@ -47,7 +48,8 @@ use crate::live::Live;
 use chain::{build_chain, estimate, Lookups};
 use class::{Class, Source, N_CLASSES};
 use beta::BetaModel;
-use control::{best_length, Verify};
+use control::{best_length, may_pay_more, Verify};
+use decision::{Decision, Ended, Why};
 use rates::{Acceptance, Rates};
 use gate::{Arm, Clock, Gate};
 use lag::Ledger;
@@ -105,11 +107,13 @@ pub struct Drafter {
     gate: Option<Gate>,
     /// Recipes learned from every sequence's verified answers, shared by all sequences.
     live: Option<Live>,
-    /// Whether the last `propose` was the first of a server step, and what the β model priced the step that
-    /// ended there at (ns) before learning from it, when asked to ([`Drafter::with_step_prices`]).
+    /// Whether the last `propose` was the first of a server step, and, when asked to ([`Drafter::with_step_log`]),
+    /// what the β model priced the step that ended there at (ns) before learning from it and each slot's decision
+    /// in it.
     stepped: bool,
     stepped_price: Option<f64>,
-    price_steps: bool,
+    stepped_decisions: Vec<Decision>,
+    log_steps: bool,
     /// What answers wrote after repeating their prediction, drafted after the next one's end.
     coda: Coda,
 }
@@ -137,15 +141,16 @@ impl Drafter {
             live: None,
             stepped: false,
             stepped_price: None,
-            price_steps: false,
+            stepped_decisions: Vec::new(),
+            log_steps: false,
             coda: Coda::default(),
         }
     }
 
-    /// Prices every step that ends before learning from it, for [`Drafter::ended_step`] (a step log): work the
-    /// drafter does not need for itself.
-    pub fn with_step_prices(mut self) -> Drafter {
-        self.price_steps = true;
+    /// Prices every step that ends before learning from it and keeps each slot's decision in it, for
+    /// [`Drafter::ended_step`] (a step log): work the drafter does not need for itself.
+    pub fn with_step_log(mut self) -> Drafter {
+        self.log_steps = true;
         self
     }
 
@@ -214,11 +219,10 @@ impl Drafter {
         self.source.as_ref().map(|s| s.summary())
     }
 
-    /// The tokens each slot verified (0: not in it) in the step that the last `propose` ended by being the first
-    /// of the next one, and what the β model priced that step at (ns; None before it knows a unit or when not
-    /// asked to price steps); None when the call was not the first of a step.
-    pub fn ended_step(&self) -> Option<(&[usize], Option<f64>)> {
-        self.stepped.then(|| (self.rounds.last(), self.stepped_price))
+    /// The step that the last `propose` ended by being the first of the next one (its price and decisions only
+    /// when asked for, [`Drafter::with_step_log`]); None when the call was not the first of a step.
+    pub fn ended_step(&self) -> Option<Ended<'_>> {
+        self.stepped.then(|| Ended { tokens: self.rounds.last(), price: self.stepped_price, decisions: &self.stepped_decisions })
     }
 
     /// Marks the end of a `propose` on `seq` at `now_ns`: the step's verify cost is timed from here, so
@@ -310,13 +314,15 @@ impl Drafter {
             let seqs = &self.seqs;
             self.ledger.step(last, |j| 1 + seqs[j].kept, cost);
         }
+        if new_step && self.log_steps {
+            let last = self.rounds.last();
+            self.stepped_price = self.beta.step_ns(last.len(), |j| last[j]);
+            self.stepped_decisions.clear();
+            self.stepped_decisions.extend(self.seqs.iter().map(|s| Decision { kept: s.kept, ..s.decision }));
+        }
         let cfg = &self.cfg;
         let s = &mut self.seqs[seq];
         s.stats.calls += 1;
-        if new_step && self.price_steps {
-            let last = self.rounds.last();
-            self.stepped_price = self.beta.step_ns(last.len(), |j| last[j]);
-        }
         // The gate's "off" windows draft nothing (and ask the draft model nothing); misses are still found.
         let beta = &self.beta;
         let gated = self.gate.as_mut().is_some_and(|g| {
@@ -341,7 +347,8 @@ impl Drafter {
         let shared = self.rounds.shared(seq);
         let others = shared.others();
         let need = 1.0 + if others { cfg.shared_min_gain } else { cfg.min_gain };
-        let verify = Verify::new(&self.beta, &shared).fair(cfg.shared_fair).owed(self.ledger.least_slack(shared.tokens, cfg.shared_lag));
+        let unfair = Verify::new(&self.beta, &shared);
+        let verify = unfair.fair(cfg.shared_fair).owed(self.ledger.least_slack(shared.tokens, cfg.shared_lag));
         s.last_ns = Some(now_ns);
         s.awaiting_accept = false;
         s.kept = 0;
@@ -362,10 +369,12 @@ impl Drafter {
         // own there: a class the control declines is still measured, where its prior would otherwise decide
         // for good. Judged only behind a draft the target kept whole, on an unchanged history. A sequence's own
         // rates learn from drafts only (see `Seq::judge`).
+        let mut judged = None;
         if let Some((t, c)) = s.judge.take() {
             let (base, g) = (s.draft_base, s.draft.len());
             if let Some(&x) = hist.get(base + g).filter(|_| kept == before && hist[base..base + g] == s.draft[..]) {
                 self.global.observe(c.index(), x == t, cfg.global_decay);
+                judged = Some(x == t);
             }
         }
         if kept < before {
@@ -391,6 +400,7 @@ impl Drafter {
         let n_max = n_max.min(cfg.max_draft);
         if n_max == 0 {
             s.chain.clear();
+            s.decision = Decision { judged, ..Decision::default() };
             self.rounds.record(seq, 1, 1.0);
             return 0;
         }
@@ -415,15 +425,15 @@ impl Drafter {
         let best = best_length(&p[..m], &verify, &cost[..m], need);
         // Tokens expected right nearly always pass the gate, as long as they pay by the control's own rule.
         let sure = self.gate.as_ref().map_or(0, |gate| p[..m].iter().take_while(|&&x| x >= gate.pass()).count());
-        let g = if gated {
+        let (g, why) = if gated {
             s.stats.steps_gated += 1;
-            best_length(&p[..sure], &verify, &cost[..sure], need)
+            (best_length(&p[..sure], &verify, &cost[..sure], need), Why::GateOff)
         } else if !cfg.adaptive || budget.probe {
-            n
+            (n, if budget.probe { Why::Probe } else { Why::Drafted })
         } else if best > 0 && s.drafting_run >= cfg.calibrate_every {
-            0
+            (0, Why::Calibrate)
         } else if best > 0 {
-            best
+            (best, Why::Drafted)
         } else if n > 0 {
             // The control judges drafting not worth it here; now and then it drafts anyway, to re-measure.
             s.off_steps += 1;
@@ -431,13 +441,28 @@ impl Drafter {
             if s.off_steps >= cfg.probe_every {
                 s.off_steps = 0;
                 s.stats.probes += 1;
-                cfg.probe_len.clamp(1, n)
+                (cfg.probe_len.clamp(1, n), Why::Probe)
+            } else if m == 0 {
+                (0, Why::Unsure)
+            } else if self.log_steps && best_length(&p[..m], &unfair, &cost[..m], need) > 0 {
+                (0, Why::Fair)
             } else {
-                0
+                (0, Why::Price)
             }
         } else {
-            0
+            (0, Why::NoChain)
         };
+        // An empty chain was not looked for where no sure chain could pay (`build_chain` stops before its first
+        // token): told apart from one not found only for a step log, which is the only reader.
+        let why = match (n, g) {
+            (0, _) if self.log_steps && cfg.adaptive && !may_pay_more(1.0, 1.0, need, &verify, 0, n_max) => {
+                if may_pay_more(1.0, 1.0, need, &unfair, 0, n_max) { Why::FairOut } else { Why::PricedOut }
+            }
+            (0, _) => Why::NoChain,
+            (_, 1..) if why == Why::GateOff => Why::Drafted,
+            _ => why,
+        };
+        s.decision = Decision { found: n, drafted: g, kept: 0, why, p0: p[0], judged };
         let base = s.ctx.tokens().len();
         if let Some(expect) = pos0 {
             s.pending.push(Pending::new(
@@ -1170,7 +1195,7 @@ mod tests {
         let ended = |priced: bool| {
             let mut d = Drafter::new(None, DrafterConfig { n_seq: 2, ..DrafterConfig::default() });
             if priced {
-                d = d.with_step_prices();
+                d = d.with_step_log();
             }
             let mut out = Vec::new();
             d.begin(0, &[1, 2]);
@@ -1179,8 +1204,10 @@ mod tests {
             for step in 0..3u64 {
                 for seq in 0..2 {
                     d.propose(seq, &[1, 2], 5, 4, step * 10 * MS, &mut out);
-                    if let Some((slots, price)) = d.ended_step() {
-                        seen.push((slots.to_vec(), price));
+                    if let Some(e) = d.ended_step() {
+                        assert_eq!(e.decisions.len(), if priced { 2 } else { 0 }, "decisions only when asked");
+                        assert!(e.decisions.iter().all(|x| x.why == Why::NoChain && x.found == 0));
+                        seen.push((e.tokens.to_vec(), e.price));
                     }
                 }
             }
@@ -1233,6 +1260,46 @@ mod tests {
         let mut alone = Drafter::new(None, dear());
         alone.begin(0, toks);
         assert!(alone.propose(0, toks, *last, 15, 0, &mut out) >= 3);
+    }
+
+    #[test]
+    fn a_step_log_reads_why_each_slot_drafted_or_not() {
+        // `a_shared_call_asks_its_own_gain`'s copy beside a sequence that has nothing to draft; the next step's
+        // first call ends the step and reads its decisions.
+        let prompt = repeats_a_passage();
+        let (last, toks) = prompt.split_last().unwrap();
+        let mut out = Vec::new();
+        let decided = |cfg: DrafterConfig, keep: usize, out: &mut Vec<i32>| {
+            let mut d = Drafter::new(None, DrafterConfig { n_seq: 2, layout: Some(Layout::Unified), ..cfg }).with_step_log();
+            d.begin(0, toks);
+            d.begin(1, &[50, 51]);
+            d.propose(0, toks, *last, 0, 0, out);
+            d.propose(1, &[50, 51], 52, 15, 0, out);
+            let g = d.propose(0, toks, *last, 15, 0, out);
+            d.propose(1, &[50, 51, 52], 53, 15, 0, out);
+            d.accept(0, keep);
+            d.propose(0, toks, *last, 0, 0, out);
+            let e = d.ended_step().expect("sequence 0 asked again begins a step");
+            assert_eq!(e.tokens, [g + 1, 1]);
+            assert_eq!((e.decisions[1].found, e.decisions[1].drafted), (0, 0), "nothing to copy");
+            e.decisions[0]
+        };
+        let d = decided(dear(), 2, &mut out);
+        assert!(d.found >= d.drafted && d.drafted >= 2 && d.why == Why::Drafted, "{d:?}");
+        assert_eq!(d.kept, 2, "what `accept` kept");
+        assert!((d.p0 - 0.85).abs() < 1e-6, "the copy's prior: {d:?}");
+        let d = decided(DrafterConfig { shared_sure: 0.9, ..dear() }, 0, &mut out);
+        assert!(d.found > 0 && d.drafted == 0 && d.why == Why::Unsure, "{d:?}");
+        let any = || DrafterConfig { shared_sure: 0.0, shared_fair: 0.0, ..dear() };
+        let d = decided(DrafterConfig { shared_min_gain: 0.25, ..any() }, 0, &mut out);
+        assert!(d.found > 0 && d.why == Why::Price, "it does not pay a margin of 25%: {d:?}");
+        let sure = || DrafterConfig { class_prior: [0.99; N_CLASSES], shared_sure: 0.9, ..dear() };
+        let d = decided(DrafterConfig { shared_fair: 100.0, ..sure() }, 0, &mut out);
+        assert_eq!((d.found, d.why), (0, Why::FairOut), "no gain buys a hundred times what it adds: {d:?}");
+        // Where the first token would pay by the fairness rule but the chain as a whole (three tokens) does not.
+        let d = decided(DrafterConfig { shared_fair: 0.0, shared_lag: 0.0, ..sure() }, 0, &mut out);
+        assert_eq!((d.found, d.why), (0, Why::FairOut), "no slack beside a request just begun: {d:?}");
+        assert_eq!(decided(sure(), 3, &mut out).why, Why::Drafted);
     }
 
     #[test]

@@ -491,7 +491,7 @@ impl Engine {
             }
         });
         if steps.is_some() {
-            drafter = drafter.with_step_prices();
+            drafter = drafter.with_step_log();
         }
         Engine {
             drafter,

@@ -54,7 +54,7 @@ fn parse(text: &str) -> Result<Option<InPlace>, String> {
     for (i, line) in lines.enumerate() {
         let bad = || format!("line {}: `{line}` is not a step", i + 2);
         let f: Vec<&str> = line.split('\t').collect();
-        let [wall, price, _, _, begun, slots, _] = f[..] else { return Err(bad()) };
+        let [wall, price, _, _, begun, slots, _, _] = f[..] else { return Err(bad()) };
         let num = |s: &str| s.parse::<f64>().map_err(|_| bad());
         steps.push(Step {
             wall: num(wall)?,
@@ -91,8 +91,8 @@ mod tests {
         // Two slots: three one-token steps (100, 120, 110 ms), a step with a 3-token draft priced at 150 ms that
         // took 165, a step that evaluated two prompts in 2 s, and a tail step of one slot.
         let log = format!(
-            "{STEP_LOG_HEADER}\n100000\t-\t5\t-\t0\t1,1\ton\n120000\t100000\t5\t-\t0\t1,1\ton\n110000\t110000\t5\t-\t0\t1,1\ton\n\
-             165000\t150000\t9\t150000\t0\t4,1\ton on=1.100\n2000000\t120000\t5\t-\t2\t1,1\toff\n60000\t60000\t3\t-\t0\t1,0\t-\n"
+            "{STEP_LOG_HEADER}\n100000\t-\t5\t-\t0\t1,1\ton\t-,-\n120000\t100000\t5\t-\t0\t1,1\ton\t-,-\n110000\t110000\t5\t-\t0\t1,1\ton\t-,-\n\
+             165000\t150000\t9\t150000\t0\t4,1\ton on=1.100\t3:3:3:d:0.99:-,-\n2000000\t120000\t5\t-\t2\t1,1\toff\t-,-\n60000\t60000\t3\t-\t0\t1,0\t-\t-,-\n"
         );
         let p = parse(&log).unwrap().unwrap();
         assert_eq!((p.steps, p.begun), (6, 2));
@@ -105,7 +105,7 @@ mod tests {
 
     #[test]
     fn a_log_without_a_unit_or_of_another_kind() {
-        let log = format!("{STEP_LOG_HEADER}\n2000000\t-\t5\t-\t1\t1,1\t-\n");
+        let log = format!("{STEP_LOG_HEADER}\n2000000\t-\t5\t-\t1\t1,1\t-\t-,-\n");
         assert_eq!(parse(&log).unwrap(), None, "no generation step of every slot");
         assert!(parse("wall\n").unwrap_err().contains("header"));
         let e = parse(&format!("{STEP_LOG_HEADER}\n1\t2\n")).unwrap_err();

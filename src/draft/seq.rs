@@ -2,6 +2,7 @@
 
 use super::class::{Class, N_CLASSES};
 use super::context::ContextIndex;
+use super::decision::Decision;
 use super::rates::{Acceptance, Rates};
 use super::enumeration::Enumerations;
 use super::miss::Pending;
@@ -51,6 +52,8 @@ pub(super) struct Seq {
     /// elsewhere: the interval holds a prompt's decode).
     pub(super) last_ns: Option<u64>,
     pub(super) pending: Vec<Pending>,
+    /// What the control did in this sequence's latest step (read by a step log).
+    pub(super) decision: Decision,
     /// Tokens of the sequence counted into the live index (the answer's, from its start).
     pub(super) fed: usize,
     /// History + chain so far, for the draft model.
@@ -82,6 +85,7 @@ impl Seq {
         self.drafting_run = 0;
         self.last_ns = None;
         self.pending.clear();
+        self.decision = Decision::default();
         self.fed = prompt.len();
     }
 }
