@@ -13,7 +13,8 @@
 //! share the server's step, and the forward passes llama.cpp makes of it), `lag` (how far each request is behind
 //! plain decoding for the others' drafts), `gate` (whether drafting pays at
 //! all, measured), `probe` (how much a draft model may add, and when one that does not pay is asked again),
-//! `miss` (positions the next compile could learn); evidence comes from `context` (the request's copies),
+//! `miss` (positions the next compile could learn), `decision` (what the control did with a chain and why, for a step
+//! log); evidence comes from `context` (the request's copies),
 //! `enumeration` and `syntax` (the prompt's lists, the answer's places), `prediction` (the request's predicted
 //! output), [`crate::live`] (what the target answered earlier, learned while serving) and `model` (a draft model).
 
@@ -126,7 +127,7 @@ impl Drafter {
         let seqs = (0..cfg.n_seq).map(|_| Seq::new(cfg.ctx_max_n)).collect();
         Drafter {
             beta: BetaModel::new(&cfg.beta_prior).with_layout(cfg.layout),
-            rounds: Rounds::new(cfg.n_seq),
+            rounds: if cfg.joint { Rounds::new(cfg.n_seq).joint() } else { Rounds::new(cfg.n_seq) },
             ledger: Ledger::new(cfg.n_seq),
             gate: cfg.gate.clone().filter(|_| cfg.adaptive).map(Gate::new),
             probes: ModelProbes::new(&cfg),
@@ -346,9 +347,10 @@ impl Drafter {
         }
         let shared = self.rounds.shared(seq);
         let others = shared.others();
-        let need = 1.0 + if others { cfg.shared_min_gain } else { cfg.min_gain };
-        let unfair = Verify::new(&self.beta, &shared);
+        let unfair = if cfg.joint { Verify::new(&self.beta, &shared).joint(&self.beta, &shared) } else { Verify::new(&self.beta, &shared) };
         let verify = unfair.fair(cfg.shared_fair).owed(self.ledger.least_slack(shared.tokens, cfg.shared_lag));
+        let margin = 1.0 + if others { cfg.shared_min_gain } else { cfg.min_gain };
+        let need = verify.floor(margin);
         s.last_ns = Some(now_ns);
         s.awaiting_accept = false;
         s.kept = 0;
@@ -410,7 +412,10 @@ impl Drafter {
         let budget = self.probes.budget(model_cost, p_model, cfg, &verify, n_max, need);
         s.stats.model_probes += u64::from(budget.probe);
         let model = self.source.as_deref_mut().map(|m| (m, seq, if gated { 0 } else { budget.len }));
-        let pos0 = build_chain(self.index.as_ref(), self.live.as_ref(), self.texts.as_ref(), cfg, s, n_max, global, &verify, need, model, first);
+        // Offered to a step where the others draft, a chain is looked for as long as it is sure, whatever it would
+        // pay alone.
+        let offering = (cfg.joint && others && cfg.shared_sure > 0.0).then_some(cfg.shared_sure);
+        let pos0 = build_chain(self.index.as_ref(), self.live.as_ref(), self.texts.as_ref(), cfg, s, n_max, global, &verify, need, offering, model, first);
 
         let mut p = [0f32; MAX_DRAFT];
         let mut cost = [0f64; MAX_DRAFT];
@@ -453,9 +458,9 @@ impl Drafter {
             (0, Why::NoChain)
         };
         // An empty chain was not looked for where no sure chain could pay (`build_chain` stops before its first
-        // token): told apart from one not found only for a step log, which is the only reader.
+        // token, unless the chain is offered): told apart from one not found only for a step log, its only reader.
         let why = match (n, g) {
-            (0, _) if self.log_steps && cfg.adaptive && !may_pay_more(1.0, 1.0, need, &verify, 0, n_max) => {
+            (0, _) if self.log_steps && cfg.adaptive && offering.is_none() && !may_pay_more(1.0, 1.0, need, &verify, 0, n_max) => {
                 if may_pay_more(1.0, 1.0, need, &unfair, 0, n_max) { Why::FairOut } else { Why::PricedOut }
             }
             (0, _) => Why::NoChain,
@@ -489,6 +494,10 @@ impl Drafter {
         s.judge = s.chain.get(g).copied();
         let expected = 1.0 + p[..g].iter().scan(1.0f64, |run, &pi| { *run *= f64::from(pi); Some(*run) }).sum::<f64>();
         self.rounds.record(seq, g + 1, expected);
+        if offering.is_some() && g == 0 && m > 0 {
+            let (len, offered) = control::offer(&p[..m], &self.beta, &self.rounds.shared(seq), margin);
+            self.rounds.offer(seq, len + 1, offered);
+        }
         s.awaiting_accept = g > 0;
         if let Some(gate) = self.gate.as_mut().filter(|_| g > 0) {
             if g <= sure {
@@ -1263,6 +1272,31 @@ mod tests {
     }
 
     #[test]
+    fn slots_that_each_decline_a_sure_copy_draft_it_when_the_step_is_decided_together() {
+        // Four slots, each 20 tokens into a repeat of a passage, under a KV stream per slot: one slot's second token
+        // is a pass of its own (3.0 plain steps of one token against 2.0), every slot's second token one pass of eight
+        // (2.8). Per step: how many tokens each slot drafts.
+        let prompt = repeats_a_passage();
+        let (last, toks) = prompt.split_last().unwrap();
+        let drafted = |joint: bool| {
+            let cfg = DrafterConfig {
+                n_seq: 4,
+                beta_prior: vec![(1, 1.0), (4, 2.0), (8, 2.8), (16, 5.2)],
+                layout: Some(Layout::Split),
+                gate: None,
+                joint,
+                ..DrafterConfig::default()
+            };
+            let mut d = Drafter::new(None, cfg);
+            let mut out = Vec::new();
+            (0..4).for_each(|seq| d.begin(seq, toks));
+            (0..3).map(|_| (0..4).map(|seq| d.propose(seq, toks, *last, 15, 0, &mut out)).collect::<Vec<_>>()).collect::<Vec<_>>()
+        };
+        assert_eq!(drafted(false), [[0; 4]; 3], "alone each draft costs a pass, and nobody drafts");
+        assert_eq!(drafted(true), [[0; 4], [1; 4], [1; 4]], "each offered a token: the next steps draft them together");
+    }
+
+    #[test]
     fn a_step_log_reads_why_each_slot_drafted_or_not() {
         // `a_shared_call_asks_its_own_gain`'s copy beside a sequence that has nothing to draft; the next step's
         // first call ends the step and reads its decisions.
@@ -1294,10 +1328,13 @@ mod tests {
         let d = decided(DrafterConfig { shared_min_gain: 0.25, ..any() }, 0, &mut out);
         assert!(d.found > 0 && d.why == Why::Price, "it does not pay a margin of 25%: {d:?}");
         let sure = || DrafterConfig { class_prior: [0.99; N_CLASSES], shared_sure: 0.9, ..dear() };
-        let d = decided(DrafterConfig { shared_fair: 100.0, ..sure() }, 0, &mut out);
+        // Each slot deciding alone, a chain that no sure draft could make pay is not looked for; offered to a step
+        // decided together, it is, and declined.
+        let d = decided(DrafterConfig { shared_fair: 100.0, joint: false, ..sure() }, 0, &mut out);
         assert_eq!((d.found, d.why), (0, Why::FairOut), "no gain buys a hundred times what it adds: {d:?}");
-        // Where the first token would pay by the fairness rule but the chain as a whole (three tokens) does not.
-        let d = decided(DrafterConfig { shared_fair: 0.0, shared_lag: 0.0, ..sure() }, 0, &mut out);
+        let d = decided(DrafterConfig { shared_fair: 100.0, ..sure() }, 0, &mut out);
+        assert!(d.found > 0 && d.why == Why::Fair, "{d:?}");
+        let d = decided(DrafterConfig { shared_fair: 0.0, shared_lag: 0.0, joint: false, ..sure() }, 0, &mut out);
         assert_eq!((d.found, d.why), (0, Why::FairOut), "no slack beside a request just begun: {d:?}");
         assert_eq!(decided(sure(), 3, &mut out).why, Why::Drafted);
     }

@@ -68,6 +68,8 @@ pub struct EngineConfig {
     /// Most a request may fall behind plain decoding for other slots' drafts, as a share of its steps
     /// ([`DrafterConfig::shared_lag`]; `shared_lag=`, infinite: `off`).
     pub shared_lag: f64,
+    /// Whether a step's drafts are decided together ([`DrafterConfig::joint`]; `step=joint|slot`).
+    pub joint: bool,
     /// How llama-server cuts a step into forward passes (`kv=auto|split|unified`; auto: learned from step times).
     pub layout: Option<Layout>,
     /// The recipe pack; None = context n-grams only.
@@ -144,6 +146,7 @@ impl Default for EngineConfig {
             shared_sure: DrafterConfig::default().shared_sure,
             shared_fair: DrafterConfig::default().shared_fair,
             shared_lag: DrafterConfig::default().shared_lag,
+            joint: DrafterConfig::default().joint,
             layout: None,
             pack: None,
             miss_log: None,
@@ -213,6 +216,7 @@ impl EngineConfig {
             shared_sure: self.shared_sure,
             shared_fair: self.shared_fair,
             shared_lag: self.shared_lag,
+            joint: self.joint,
             layout: self.layout,
             context: self.context,
             gate: self.gate.then_some(GateConfig { clock: self.gate_clock, min_steps: self.gate_steps, ..GateConfig::default() }),
@@ -221,7 +225,7 @@ impl EngineConfig {
     }
 
     /// Parses `--spec-plugin-arg`: comma-separated `key=value` (`pack=PATH|off`, `misslog=PATH|off`, `misslog_cap=BYTES`,
-    /// `adaptive=0|1`, `shared_gain=F`, `shared_sure=P`, `shared_fair=R`, `shared_lag=S|off`, `gate=auto|wall|steps|off`, `gate_steps=N`, `kv=auto|split|unified`, `context=0|1|answer`, `nmax=N`, `draft=GGUF`, `shortlist=PATH|full`, `margin=F`, `request_rows=0|1`,
+    /// `adaptive=0|1`, `shared_gain=F`, `shared_sure=P`, `shared_fair=R`, `shared_lag=S|off`, `step=joint|slot`, `gate=auto|wall|steps|off`, `gate_steps=N`, `kv=auto|split|unified`, `context=0|1|answer`, `nmax=N`, `draft=GGUF`, `shortlist=PATH|full`, `margin=F`, `request_rows=0|1`,
     /// `head_dev=cpu|best`, `live=PATH|mem|off`, `live_cap=ENTRIES`, `steplog=PATH`); a bare value is the pack path. Without `pack=`,
     /// the pack beside the model is used when it exists; without `shortlist=`, the shortlist beside the draft GGUF,
     /// else the full head; without `head_dev=`, [`DEFAULT_HEAD_DEVICE`]; without `live=`, the live index is kept in
@@ -283,6 +287,9 @@ impl EngineConfig {
                 Some(("shared_fair", v)) => cfg.shared_fair = number_in("shared_fair", v, &SHARED_FAIR_RANGE)?,
                 Some(("shared_lag", "off")) => cfg.shared_lag = f64::INFINITY,
                 Some(("shared_lag", v)) => cfg.shared_lag = number_in("shared_lag", v, &SHARED_LAG_RANGE)?,
+                Some(("step", "joint")) => cfg.joint = true,
+                Some(("step", "slot")) => cfg.joint = false,
+                Some(("step", v)) => return Err(EngineError::Arg(format!("--spec-plugin-arg: step={v} is not joint or slot"))),
                 Some(("kv", v)) => {
                     cfg.layout = match v {
                         "auto" => None,
@@ -311,7 +318,7 @@ impl EngineConfig {
                 }
                 Some((k, _)) => {
                     return Err(EngineError::Arg(format!(
-                        "--spec-plugin-arg: unknown key `{k}` (known: pack, misslog, misslog_cap, adaptive, shared_gain, shared_sure, shared_fair, shared_lag, gate, gate_steps, kv, context, nmax, draft, shortlist, margin, request_rows, head_dev, live, live_cap, steplog)"
+                        "--spec-plugin-arg: unknown key `{k}` (known: pack, misslog, misslog_cap, adaptive, shared_gain, shared_sure, shared_fair, shared_lag, step, gate, gate_steps, kv, context, nmax, draft, shortlist, margin, request_rows, head_dev, live, live_cap, steplog)"
                     )))
                 }
             }
@@ -743,6 +750,9 @@ mod tests {
         assert!(EngineConfig::from_plugin_arg("shared_fair=-1", "").unwrap_err().to_string().contains("shared_fair=-1 is not a number in 0..=10"));
         assert_eq!(c.shared_lag, f64::INFINITY, "off by default");
         assert_eq!(EngineConfig::from_plugin_arg("shared_lag=0.1", "").unwrap().shared_lag, 0.1);
+        assert!(EngineConfig::from_plugin_arg("step=joint", "").unwrap().drafter_config().joint);
+        assert!(!EngineConfig::from_plugin_arg("step=joint,step=slot", "").unwrap().drafter_config().joint);
+        assert!(EngineConfig::from_plugin_arg("step=all", "").unwrap_err().to_string().contains("step=all is not joint or slot"));
         assert_eq!(EngineConfig::from_plugin_arg("shared_lag=0.1,shared_lag=off", "").unwrap().shared_lag, f64::INFINITY);
         assert!(EngineConfig::from_plugin_arg("shared_lag=x", "").unwrap_err().to_string().contains("shared_lag=x is not a number in 0..=10"));
         let e = EngineConfig::from_plugin_arg("shared_sure=1.5", "").unwrap_err().to_string();

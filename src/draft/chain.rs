@@ -21,7 +21,8 @@ use crate::windows::Windows;
 /// are taken; `s.chain_predicted` marks the tokens the prediction's copy proposed); the draft model
 /// (source, sequence, how many of the first positions it may fill) answers where none does. Each token's
 /// class is its evidence at its place in the answer's syntax (read over `texts`, when given). Under the
-/// break-even control the chain ends where no further token could pay. Returns the copy's token for the
+/// break-even control the chain ends where no further token could pay, or, `offering` it to a step decided
+/// together, where its tokens stop being that sure. Returns the copy's token for the
 /// first position when the pack had no recipe there (a possible miss of the pack). `first`: the first place's
 /// windows, when the caller hashed them already ([`Lookups::windows`] of the history).
 #[allow(clippy::too_many_arguments)]
@@ -35,6 +36,7 @@ pub(super) fn build_chain(
     global: &Rates<N_CLASSES>,
     verify: &Verify,
     need: f64,
+    offering: Option<f32>,
     mut model: Option<(&mut (dyn TokenSource + 'static), usize, usize)>,
     mut first: Option<Windows>,
 ) -> Option<i32> {
@@ -53,8 +55,10 @@ pub(super) fn build_chain(
     // The key being drafted from the prompt's list, and how much of it is in the chain.
     let mut listed: Option<(&[i32], usize)> = None;
     let (mut expected, mut run, mut best) = (1.0f64, 1.0f64, need);
+    // While every token so far is as sure as `offering`, the chain is an offer to the step and is looked for on.
+    let mut sure = offering.is_some();
     for i in 0..want {
-        if cfg.adaptive && !may_pay_more(expected, run, best, verify, i, want) {
+        if cfg.adaptive && !sure && !may_pay_more(expected, run, best, verify, i, want) {
             break;
         }
         let place = lex.place();
@@ -116,7 +120,9 @@ pub(super) fn build_chain(
             Some(tx) if lex.place_of(tx.get(t)) == Place::LineBreak => c.at(Place::LineBreak),
             _ => c,
         };
-        run *= f64::from(estimate(cfg, global, &s.rates, c));
+        let p = estimate(cfg, global, &s.rates, c);
+        sure &= offering.is_some_and(|x| p >= x);
+        run *= f64::from(p);
         expected += run;
         best = best.max(verify.score(expected, i + 1, 0.0));
         if predicted {

@@ -90,6 +90,10 @@ pub struct DrafterConfig {
     /// it ([`super::lag`]; infinite: no limit). A request drafted nothing for (prose beside code) pays for the others'
     /// verifies in every step it shares with them, and the slowest of them sets the tail.
     pub shared_lag: f64,
+    /// Beside other slots, a step's drafts are decided together: the slots not yet asked count with what they offered
+    /// in the last step, and a draft is weighed by the whole step against one with no draft ([`super::step::Rounds::joint`]).
+    /// Off: each slot weighs its own draft against the step without it, the others as they were.
+    pub joint: bool,
     /// How llama-server cuts a step into forward passes (`kv=split|unified`); None: learned from step times.
     pub layout: Option<Layout>,
     /// Break-even control on; off drafts the whole chain found at every step (tests, benchmarks of
@@ -122,7 +126,7 @@ impl DrafterConfig {
     /// (session 61). The vLLM proposer and the replay's rows of clients both take it from here, so that they cannot
     /// drift apart again.
     pub fn one_pass_shared(self) -> DrafterConfig {
-        DrafterConfig { shared_min_gain: 0.0, shared_sure: 0.0, shared_fair: 0.0, shared_lag: f64::INFINITY, ..self }
+        DrafterConfig { shared_min_gain: 0.0, shared_sure: 0.0, shared_fair: 0.0, shared_lag: f64::INFINITY, joint: false, ..self }
     }
 }
 
@@ -154,6 +158,7 @@ impl Default for DrafterConfig {
             shared_sure: 0.8,
             shared_fair: 0.1,
             shared_lag: f64::INFINITY,
+            joint: true,
             layout: None,
             adaptive: true,
             context: Context::All,

@@ -19,8 +19,10 @@ pub struct Verify {
     /// `cost[t]`: β of the step when this sequence verifies t tokens (1 + drafted).
     cost: [f64; MAX_DRAFT + 2],
     others: f64,
-    /// Tokens per unit of cost of the step with no draft from this sequence.
+    /// Tokens per unit of cost of the step a draft is weighed against (score 1), and that step's cost: by default the
+    /// step with no draft from this sequence, [`Verify::joint`] the step with no draft from any.
     plain: f64,
+    base: f64,
     /// Other slots in the step, each of whose requests waits for what a draft adds to it.
     waiting: usize,
     /// The least gain in the step's throughput a draft must buy per unit of time it adds to the step: the rate per
@@ -38,7 +40,25 @@ impl Verify {
         for (t, c) in cost.iter_mut().enumerate().skip(1) {
             *c = if waiting > 0 { beta.step(shared.n(), shared.with(t)) } else { beta.beta(t) };
         }
-        Verify { cost, others: shared.expected, plain: (shared.expected + 1.0) / cost[1], waiting, fair: 0.0, slack: f64::INFINITY }
+        Verify { cost, others: shared.expected, plain: (shared.expected + 1.0) / cost[1], base: cost[1], waiting, fair: 0.0, slack: f64::INFINITY }
+    }
+
+    /// Weighs the step as a whole against the step in which no slot drafts, with the others' drafts as they are or
+    /// as offered ([`super::step::Rounds::joint`]): a draft is made when the step it joins, its own draft in, beats
+    /// plain decoding by the margin, and its own tokens add to the step's throughput (the least score a draft must
+    /// reach is then [`Verify::floor`]). The fairness and lag rules weigh what the whole step adds.
+    pub fn joint(mut self, beta: &BetaModel, shared: &Shared) -> Verify {
+        if self.waiting > 0 {
+            self.base = beta.step(shared.n(), |j| shared.with(1)(j).min(1));
+            self.plain = (self.waiting + 1) as f64 / self.base;
+        }
+        self
+    }
+
+    /// The least score a draft must reach: `need`, and what the step scores without one from this sequence (1 unless
+    /// [`Verify::joint`]), so that a draft never lowers the step's throughput.
+    pub fn floor(&self, need: f64) -> f64 {
+        need.max((self.others + 1.0) / self.cost[1] / self.plain)
     }
 
     /// A draft that would lengthen the step by more than `slack` plain steps is not made: that much more and a
@@ -69,7 +89,7 @@ impl Verify {
         let c = self.cost[(drafted + 1).min(MAX_DRAFT + 1)];
         let score = (self.others + expected) / (c + spent) / self.plain;
         if self.fair > 0.0 || self.slack < f64::INFINITY {
-            let added = (c + spent) / self.cost[1] - 1.0;
+            let added = (c + spent) / self.base - 1.0;
             if added > 0.0 && (score - 1.0 < self.fair * added || added > self.slack) {
                 return 0.0;
             }
@@ -85,6 +105,28 @@ impl Verify {
 /// (All lengths are looked at, not just the next: a measured β table has steps and flat stretches.)
 pub fn may_pay_more(expected: f64, run: f64, best: f64, v: &Verify, drafted: usize, max_len: usize) -> bool {
     (drafted + 1..=max_len).any(|l| v.score(expected + run * (l - drafted) as f64, l, 0.0) > best + 1e-9)
+}
+
+/// What a sequence whose chain's estimates are `p` offers a step decided together ([`super::step::Rounds::offer`]): the
+/// draft length that scores best, above `need`, when every slot generating in the step (`shared`'s and its own) drafts
+/// that many tokens at these estimates, against the step in which none drafts; with the tokens it is expected to
+/// yield. (0, 1.0): none.
+pub fn offer(p: &[f32], beta: &BetaModel, shared: &Shared, need: f64) -> (usize, f64) {
+    let n = shared.n();
+    let in_step = |j: usize| j == shared.seq || shared.tokens.get(j).is_some_and(|&t| t > 0);
+    let slots = (0..n).filter(|&j| in_step(j)).count() as f64;
+    let plain = slots / beta.step(n, |j| usize::from(in_step(j)));
+    let (mut best, mut best_score, mut best_expected) = (0, need, 1.0);
+    let (mut expected, mut run) = (1.0, 1.0);
+    for (i, &pi) in p.iter().enumerate() {
+        run *= f64::from(pi);
+        expected += run;
+        let score = slots * expected / beta.step(n, |j| if in_step(j) { i + 2 } else { 0 }) / plain;
+        if score > best_score + 1e-9 {
+            (best, best_score, best_expected) = (i + 1, score, expected);
+        }
+    }
+    (best, best_expected)
 }
 
 /// Draft length in `0..=p.len()` maximising expected tokens per unit of cost; `cost[i]` is what drafting
@@ -182,6 +224,37 @@ mod tests {
         assert_eq!(best_length(&[1.0], &v4.fair(0.1), &[], 1.05), 1, "at four slots a sure token gains a third of what it adds");
         assert_eq!(best_length(&[1.0], &v4.fair(0.2), &[], 1.05), 0, "the same rate a request as at eight would not");
         assert_eq!(best_length(&[1.0; 7], &Verify::alone(&eight).fair(10.0), &[], 1.05), 7, "alone, no other request waits");
+    }
+
+    #[test]
+    fn a_step_decided_together_drafts_what_no_slot_would_alone() {
+        // A KV stream per slot: a slot's second token beside three at one is a pass of its own (3.0 against 2.0), all
+        // four at two are one pass of eight (2.8).
+        let b = BetaModel::new(&[(1, 1.0), (4, 2.0), (8, 2.8), (16, 5.2)]).with_layout(Some(Layout::Split));
+        let plain = Shared { tokens: &[0, 1, 1, 1], seq: 0, expected: 3.0 };
+        assert_eq!(best_length(&[0.9; 3], &Verify::new(&b, &plain), &[], 1.05), 0, "alone it costs a pass");
+        assert_eq!(best_length(&[0.9; 3], &Verify::new(&b, &plain).joint(&b, &plain), &[], 1.05), 0, "nobody else offers");
+        // What each slot offers: one token each (8 tokens, 2.8) scores 4 · 1.9 / 2.8 against 4 / 2.0, best of the lengths.
+        let (len, expected) = offer(&[0.9; 3], &b, &plain, 1.05);
+        assert!((len, (expected * 1e3).round()) == (1, 1900.0), "{len} {expected}");
+        assert_eq!(offer(&[0.3; 3], &b, &plain, 1.05), (0, 1.0), "unlikely tokens offer nothing");
+        // The others offered one token each last step: the step with this slot's token is the one of eight.
+        let offered = Shared { tokens: &[0, 2, 2, 2], seq: 0, expected: 5.7 };
+        let v = Verify::new(&b, &offered).joint(&b, &offered);
+        let need = v.floor(1.05);
+        assert!((need - 1.05).abs() < 1e-9, "without this slot's token the step is two passes: {need}");
+        assert_eq!(best_length(&[0.9; 3], &v, &[], need), 1);
+        assert_eq!(best_length(&[0.9; 3], &Verify::new(&b, &offered), &[], 1.05), 1, "the slot's marginal agrees here");
+        // Fairness weighs the whole step: 4 · 1.9 / 2.8 against 2.0 gains 36% for 40% more time, 0.3 of which three
+        // waiting requests ask for.
+        assert_eq!(best_length(&[0.9; 3], &v.fair(0.1), &[], v.floor(1.05)), 1);
+        assert_eq!(best_length(&[0.9; 3], &v.fair(0.4), &[], v.floor(1.05)), 0);
+        // Beside drafts that already pay, a draft of its own must add to the step, not only keep it above the margin.
+        let rich = Shared { tokens: &[0, 4, 4, 4], seq: 0, expected: 3.0 * 3.7 };
+        let v = Verify::new(&b, &rich).joint(&b, &rich);
+        assert!(v.floor(1.05) > 1.15, "{}", v.floor(1.05));
+        assert_eq!(best_length(&[0.2], &v, &[], v.floor(1.05)), 0, "{}", v.score(1.2, 1, 0.0));
+        assert_eq!(best_length(&[0.9; 3], &v, &[], v.floor(1.05)), 3, "matching the others' length is one pass");
     }
 
     #[test]

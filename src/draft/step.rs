@@ -155,9 +155,13 @@ pub(super) struct Rounds {
     /// Per sequence whose request [`begun`](Self::begun) and was not asked since: through how many more step ends
     /// it counts (2 at `begun`, as the step it first generates in starts at the next end; 0 once asked).
     joining: Vec<u8>,
-    /// Per sequence: tokens (1 + drafted) of its latest proposal, and what it is expected to yield.
+    /// Per sequence: tokens (1 + drafted) of its latest proposal, and what it is expected to yield …
     tokens: Vec<usize>,
     expected: Vec<f64>,
+    /// … and what it offered to put into a step where the others draft ([`Rounds::offer`]).
+    offer: Vec<(usize, f64)>,
+    /// Whether a sequence not yet asked in the current step counts with its offer rather than its last proposal.
+    joint: bool,
     /// Per slot, the tokens of the last complete step (0: not in it), and whether a slot of the step before it
     /// was not in it: its request ended, and the server answered it and took up the next in that step.
     last: Vec<usize>,
@@ -179,6 +183,8 @@ impl Rounds {
             joining: vec![0; n],
             tokens: vec![1; n],
             expected: vec![1.0; n],
+            offer: vec![(1, 1.0); n],
+            joint: false,
             last: vec![0; n],
             left: false,
             view: vec![0; n],
@@ -210,12 +216,24 @@ impl Rounds {
         self.view_expected = 0.0;
         for j in 0..self.now.len() {
             let with = j != seq && (self.now[j] || self.prev[j] || self.joining[j] > 0);
-            self.view[j] = if with { self.tokens[j] } else { 0 };
-            if with {
-                self.view_expected += self.expected[j];
-            }
+            let (t, e) = match (with, self.now[j] || !self.joint) {
+                (false, _) => (0, 0.0),
+                (true, true) => (self.tokens[j], self.expected[j]),
+                (true, false) => self.offer[j],
+            };
+            self.view[j] = t;
+            self.view_expected += e;
         }
         ended
+    }
+
+    /// Sequences not yet asked in a step count with what they offered in the last one ([`Rounds::offer`]), so that a
+    /// step's drafts are decided together: the first extra token in a step of one token a slot is the dearest (at
+    /// `-np 4` here a slot's second token cost 16 ms on a 76 ms step, a second slot's 5 more, session 79's step
+    /// logs), so a slot that weighs its sure draft alone declines it, and when every slot does, none drafts again.
+    pub(super) fn joint(mut self) -> Rounds {
+        self.joint = true;
+        self
     }
 
     /// A step begins: the calls up to the next `start` are its own, in whatever order they come.
@@ -242,6 +260,12 @@ impl Rounds {
     pub(super) fn record(&mut self, seq: usize, tokens: usize, expected: f64) {
         self.tokens[seq] = tokens;
         self.expected[seq] = expected;
+        self.offer[seq] = (tokens, expected);
+    }
+
+    /// What `seq`, which put `record`'s tokens into this step, would put into one where the others draft.
+    pub(super) fn offer(&mut self, seq: usize, tokens: usize, expected: f64) {
+        self.offer[seq] = (tokens.max(self.tokens[seq]), expected.max(self.expected[seq]));
     }
 
     /// A request began on `seq`, its prompt decoded: it generates from the next step on, so the sequences asked
@@ -406,6 +430,37 @@ mod tests {
         r.record(2, 1, 1.0);
         assert!(r.enter(0));
         assert_eq!(r.last(), [5, 2, 1], "the step's own tokens, not the last step's beside this one's");
+    }
+
+    #[test]
+    fn a_joint_step_counts_the_slots_not_yet_asked_with_their_offers() {
+        let mut r = Rounds::new(3).joint();
+        for seq in 0..3 {
+            r.enter(seq);
+            r.record(seq, 1, 1.0);
+        }
+        r.offer(1, 3, 2.5); // sequence 1 drafted nothing, and would draft two tokens in a step where the others do
+        r.offer(2, 1, 1.0);
+        r.enter(0);
+        assert_eq!(r.shared(0), Shared { tokens: &[0, 3, 1], seq: 0, expected: 3.5 }, "1 not asked yet: its offer");
+        r.record(0, 2, 1.9);
+        r.enter(1);
+        r.record(1, 1, 1.0); // asked, it declined after all
+        r.enter(2);
+        assert_eq!(r.shared(2), Shared { tokens: &[2, 1, 0], seq: 2, expected: 2.9 }, "asked: what it put in");
+        r.record(2, 1, 1.0);
+        assert_eq!(r.last(), [1, 1, 1], "the step before");
+        r.enter(0);
+        assert_eq!(r.last(), [2, 1, 1], "a step verifies what was proposed, never what was offered");
+        // Without `joint`, the slots not yet asked count with what they put into the last step.
+        let mut r = Rounds::new(2);
+        for seq in 0..2 {
+            r.enter(seq);
+            r.record(seq, 1, 1.0);
+        }
+        r.offer(1, 3, 2.5);
+        r.enter(0);
+        assert_eq!(r.shared(0).tokens, [0, 1]);
     }
 
     #[test]
