@@ -245,8 +245,8 @@ mod tests {
         assert!((need - 1.05).abs() < 1e-9, "without this slot's token the step is two passes: {need}");
         assert_eq!(best_length(&[0.9; 3], &v, &[], need), 1);
         assert_eq!(best_length(&[0.9; 3], &Verify::new(&b, &offered), &[], 1.05), 1, "the slot's marginal agrees here");
-        // Fairness weighs the whole step: 4 · 1.9 / 2.8 against 2.0 gains 36% for 40% more time, 0.3 of which three
-        // waiting requests ask for.
+        // Fairness weighs the whole step: 4 · 1.9 / 2.8 against 4 / 2.0 gains 36% for 40% more time; three waiting
+        // requests at 0.1 each ask 0.3 · 40% of it, at 0.4 each 1.2 · 40%.
         assert_eq!(best_length(&[0.9; 3], &v.fair(0.1), &[], v.floor(1.05)), 1);
         assert_eq!(best_length(&[0.9; 3], &v.fair(0.4), &[], v.floor(1.05)), 0);
         // Beside drafts that already pay, a draft of its own must add to the step, not only keep it above the margin.
