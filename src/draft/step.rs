@@ -229,8 +229,9 @@ impl Rounds {
 
     /// Sequences not yet asked in a step count with what they offered in the last one ([`Rounds::offer`]), so that a
     /// step's drafts are decided together: the first extra token in a step of one token a slot is the dearest (at
-    /// `-np 4` here a slot's second token cost 16 ms on a 76 ms step, a second slot's 5 more, session 79's step
-    /// logs), so a slot that weighs its sure draft alone declines it, and when every slot does, none drafts again.
+    /// `-np 4` here one slot's second token took a 76 ms step to 92, every slot's second token to 117, session 79's
+    /// step logs and call costs), so a slot that weighs its sure draft alone declines it, and when every slot does,
+    /// none drafts again.
     pub(super) fn joint(mut self) -> Rounds {
         self.joint = true;
         self
