@@ -107,6 +107,16 @@ pub fn may_pay_more(expected: f64, run: f64, best: f64, v: &Verify, drafted: usi
     (drafted + 1..=max_len).any(|l| v.score(expected + run * (l - drafted) as f64, l, 0.0) > best + 1e-9)
 }
 
+/// E(γ) for γ = 1, 2, …: the tokens a verify step of the first γ tokens of a draft with estimates `p` is expected to
+/// yield (1 + p₁ + p₁p₂ + …).
+fn expected_tokens(p: &[f32]) -> impl Iterator<Item = f64> + '_ {
+    p.iter().scan((1.0, 1.0), |(expected, run), &pi| {
+        *run *= f64::from(pi);
+        *expected += *run;
+        Some(*expected)
+    })
+}
+
 /// What a sequence whose chain's estimates are `p` offers a step decided together ([`super::step::Rounds::offer`]): the
 /// draft length that scores best, above `need`, when every slot generating in the step (`shared`'s and its own) drafts
 /// that many tokens at these estimates, against the step in which none drafts; with the tokens it is expected to
@@ -117,10 +127,7 @@ pub fn offer(p: &[f32], beta: &BetaModel, shared: &Shared, need: f64) -> (usize,
     let slots = (0..n).filter(|&j| in_step(j)).count() as f64;
     let plain = slots / beta.step(n, |j| usize::from(in_step(j)));
     let (mut best, mut best_score, mut best_expected) = (0, need, 1.0);
-    let (mut expected, mut run) = (1.0, 1.0);
-    for (i, &pi) in p.iter().enumerate() {
-        run *= f64::from(pi);
-        expected += run;
+    for (i, expected) in expected_tokens(p).enumerate() {
         let score = slots * expected / beta.step(n, |j| if in_step(j) { i + 2 } else { 0 }) / plain;
         if score > best_score + 1e-9 {
             (best, best_score, best_expected) = (i + 1, score, expected);
@@ -133,11 +140,8 @@ pub fn offer(p: &[f32], beta: &BetaModel, shared: &Shared, need: f64) -> (usize,
 /// token i costs relative to a plain step (0 for pack and n-gram tokens, d for a draft model's). A draft
 /// must score above `floor` (1 = a plain step) to be chosen over none.
 pub fn best_length(p: &[f32], v: &Verify, cost: &[f64], floor: f64) -> usize {
-    let (mut best, mut best_score) = (0, floor);
-    let (mut expected, mut run, mut spent) = (1.0, 1.0, 0.0);
-    for (i, &pi) in p.iter().enumerate() {
-        run *= f64::from(pi);
-        expected += run;
+    let (mut best, mut best_score, mut spent) = (0, floor, 0.0);
+    for (i, expected) in expected_tokens(p).enumerate() {
         spent += cost.get(i).copied().unwrap_or(0.0);
         let score = v.score(expected, i + 1, spent);
         if score > best_score + 1e-9 {
