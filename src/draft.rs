@@ -27,6 +27,7 @@ pub mod control;
 pub mod decision;
 pub mod enumeration;
 pub mod gate;
+pub mod gates;
 mod lag;
 mod mean;
 mod miss;
@@ -53,6 +54,7 @@ use control::{best_length, may_pay_more, Verify};
 use decision::{Decision, Ended, Why};
 use rates::{Acceptance, Rates};
 use gate::{Arm, Clock, Gate};
+use gates::Gates;
 use lag::Ledger;
 use miss::Pending;
 use prediction::Coda;
@@ -104,8 +106,9 @@ pub struct Drafter {
     texts: Option<TokenTexts>,
     /// When a draft model that does not pay is asked again.
     probes: ModelProbes,
-    /// Whether drafting pays at all, measured (with the break-even control on and a gate configured).
-    gate: Option<Gate>,
+    /// Whether drafting pays at all, measured (with the break-even control on and a gate configured), alone and
+    /// beside other slots.
+    gate: Option<Gates>,
     /// Recipes learned from every sequence's verified answers, shared by all sequences.
     live: Option<Live>,
     /// Whether the last `propose` was the first of a server step, and, when asked to ([`Drafter::with_step_log`]),
@@ -129,7 +132,7 @@ impl Drafter {
             beta: BetaModel::new(&cfg.beta_prior).with_layout(cfg.layout),
             rounds: if cfg.joint { Rounds::new(cfg.n_seq).joint() } else { Rounds::new(cfg.n_seq) },
             ledger: Ledger::new(cfg.n_seq),
-            gate: cfg.gate.clone().filter(|_| cfg.adaptive).map(Gate::new),
+            gate: cfg.gate.clone().filter(|_| cfg.adaptive).map(Gates::new),
             probes: ModelProbes::new(&cfg),
             cfg,
             index,
@@ -326,7 +329,9 @@ impl Drafter {
         s.stats.calls += 1;
         // The gate's "off" windows draft nothing (and ask the draft model nothing); misses are still found.
         let beta = &self.beta;
-        let gated = self.gate.as_mut().is_some_and(|g| {
+        let alone = !self.rounds.shared(seq).others();
+        let gated = self.gate.as_mut().is_some_and(|gates| {
+            let g = gates.at(alone);
             if new_step {
                 let last = self.rounds.last();
                 let plain = g.clock() == Clock::PlainSteps;
@@ -429,7 +434,7 @@ impl Drafter {
         let m = if others { p[..n].iter().take_while(|&&x| x >= cfg.shared_sure).count() } else { n };
         let best = best_length(&p[..m], &verify, &cost[..m], need);
         // Tokens expected right nearly always pass the gate, as long as they pay by the control's own rule.
-        let sure = self.gate.as_ref().map_or(0, |gate| p[..m].iter().take_while(|&&x| x >= gate.pass()).count());
+        let sure = self.gate.as_ref().map(Gates::current).map_or(0, |gate| p[..m].iter().take_while(|&&x| x >= gate.pass()).count());
         let (g, why) = if gated {
             s.stats.steps_gated += 1;
             (best_length(&p[..sure], &verify, &cost[..sure], need), Why::GateOff)
@@ -499,7 +504,7 @@ impl Drafter {
             self.rounds.offer(seq, len + 1, offered);
         }
         s.awaiting_accept = g > 0;
-        if let Some(gate) = self.gate.as_mut().filter(|_| g > 0) {
+        if let Some(gate) = self.gate.as_mut().filter(|_| g > 0).map(Gates::current_mut) {
             if g <= sure {
                 gate.sure();
             } else {
@@ -533,7 +538,7 @@ impl Drafter {
             s.stats.prediction_rejected += discarded;
         }
         if let Some(g) = &mut self.gate {
-            g.accepted(n);
+            g.current_mut().accepted(n);
         }
         // Kept tokens are the target's output: counted now, as a request's last ones reach no later `propose`.
         if let (Some(live), true) = (&mut self.live, s.fed == s.draft_base) {
@@ -590,8 +595,14 @@ impl Drafter {
         })
     }
 
-    /// The gate's windows run with drafting on and off, and its measured rates (tokens per second) of each.
+    /// The gate of the last call (alone or beside other slots): its windows run with drafting on and off, and its
+    /// measured rates of each.
     pub fn gate(&self) -> Option<&Gate> {
+        self.gate.as_ref().map(Gates::current)
+    }
+
+    /// Both gates.
+    pub fn gates(&self) -> Option<&Gates> {
         self.gate.as_ref()
     }
 
@@ -1726,6 +1737,71 @@ mod tests {
         }
         let four = d.beta.step_ns(4, |_| 1).unwrap() / 1e6;
         assert!((four - 78.0).abs() < 4.0, "a plain step of four slots priced {four:.1} ms for 78: {:?}", d.beta.table());
+    }
+
+    /// Four slots for 1,500 steps, then slot 0 alone for 300: the steps in which slot 0 drafted alone. The pack
+    /// predicts t → t + 1 and the target agrees every other step (then with the whole draft); the control drafts
+    /// whatever it finds (no margin, floor or fairness rule), so that the gate decides. Beside other slots each
+    /// drafted token adds 15 ms to a step of 30 + 12 n: drafting loses. Alone it adds 1 ms: drafting pays.
+    fn drafted_alone_after_losing_beside_others(gates_apart: bool) -> (usize, Drafter) {
+        let entries = (0..10).map(|t| lit(&[t], ((t + 1) % 10) as u32, 5)).collect();
+        let gate = Some(GateConfig { apart: gates_apart, ..GateConfig::default() });
+        let cfg = DrafterConfig {
+            n_seq: 4,
+            context: Context::Off,
+            min_gain: -0.5,
+            shared_min_gain: -0.5,
+            shared_sure: 0.0,
+            shared_fair: 0.0,
+            probe_every: 1,
+            gate,
+            ..DrafterConfig::default()
+        };
+        let mut d = Drafter::new(Some(index(entries)), cfg);
+        let mut toks: Vec<Vec<i32>> = (0..4).map(|_| vec![0]).collect();
+        let mut last = [1i32; 4];
+        for (s, t) in toks.iter().enumerate() {
+            d.begin(s, t);
+        }
+        let (mut now, mut out, mut drafted_alone) = (0u64, Vec::new(), 0);
+        let mut drafts: Vec<Vec<i32>> = vec![Vec::new(); 4];
+        for step in 0..1800u64 {
+            let n = if step < 1500 { 4 } else { 1 };
+            let inc = 1 + (step % 2) as i32;
+            for s in 0..n {
+                d.propose(s, &toks[s], last[s], 4, now + s as u64 * 10_000, &mut out);
+                drafts[s].clone_from(&out);
+                toks[s].push(last[s]);
+            }
+            let drafted: usize = drafts[..n].iter().map(Vec::len).sum();
+            drafted_alone += usize::from(n == 1 && drafted > 0);
+            now += (30 + 12 * n as u64 + if n > 1 { 15 } else { 1 } * drafted as u64) * 1_000_000;
+            for s in 0..n {
+                let mut kept = 0;
+                for &t in &drafts[s] {
+                    if t != (toks[s].last().unwrap() + inc) % 10 {
+                        break;
+                    }
+                    toks[s].push(t);
+                    kept += 1;
+                }
+                d.accept(s, kept);
+                last[s] = (toks[s].last().unwrap() + inc) % 10;
+            }
+        }
+        (drafted_alone, d)
+    }
+
+    #[test]
+    fn a_slot_left_alone_drafts_where_drafting_beside_others_was_switched_off() {
+        let (apart, d) = drafted_alone_after_losing_beside_others(true);
+        let (alone, shared) = d.gates().unwrap().regimes();
+        let shared = shared.unwrap();
+        assert!(shared.ran[1] > 3 * shared.ran[0], "beside others mostly off: {:?}", shared.ran);
+        assert!(apart > 240, "alone it drafted in {apart} of 300 steps: {:?} {:?}", alone.ran, alone.rates());
+        // One gate for both takes the choice made beside others into the steps alone.
+        let (one, _) = drafted_alone_after_losing_beside_others(false);
+        assert!(one < apart / 2, "one gate: drafted alone in {one} of 300 steps, apart {apart}");
     }
 
     #[test]

@@ -9,7 +9,8 @@ pub use steplog::HEADER as STEP_LOG_HEADER;
 
 use crate::draft::model::{ModelDraftConfig, ModelDrafter};
 use crate::draft::syntax::TokenTexts;
-use crate::draft::gate::{Clock, GateConfig};
+use crate::draft::gate::{Clock, Gate, GateConfig};
+use crate::draft::gates::Gates;
 use crate::draft::step::Layout;
 use crate::draft::{Context, Drafter, DrafterConfig, Miss, Stats, TokenSource};
 use crate::head::HeadDevice;
@@ -97,6 +98,8 @@ pub struct EngineConfig {
     pub gate_clock: Option<Clock>,
     /// The fewest server steps a gate window spans (`gate_steps=N`; [`GateConfig::min_steps`]).
     pub gate_steps: u32,
+    /// A gate for steps a slot has alone and one for shared steps (`gates=2`), or one for both (`gates=1`).
+    pub gates_apart: bool,
 }
 
 /// Whether an engine learns from what it serves, and where that is kept across restarts.
@@ -161,6 +164,7 @@ impl Default for EngineConfig {
             gate: true,
             gate_clock: None,
             gate_steps: GateConfig::default().min_steps,
+            gates_apart: GateConfig::default().apart,
         }
     }
 }
@@ -219,13 +223,13 @@ impl EngineConfig {
             joint: self.joint,
             layout: self.layout,
             context: self.context,
-            gate: self.gate.then_some(GateConfig { clock: self.gate_clock, min_steps: self.gate_steps, ..GateConfig::default() }),
+            gate: self.gate.then_some(GateConfig { clock: self.gate_clock, min_steps: self.gate_steps, apart: self.gates_apart, ..GateConfig::default() }),
             ..DrafterConfig::default()
         }
     }
 
     /// Parses `--spec-plugin-arg`: comma-separated `key=value` (`pack=PATH|off`, `misslog=PATH|off`, `misslog_cap=BYTES`,
-    /// `adaptive=0|1`, `shared_gain=F`, `shared_sure=P`, `shared_fair=R`, `shared_lag=S|off`, `step=joint|slot`, `gate=auto|wall|steps|off`, `gate_steps=N`, `kv=auto|split|unified`, `context=0|1|answer`, `nmax=N`, `draft=GGUF`, `shortlist=PATH|full`, `margin=F`, `request_rows=0|1`,
+    /// `adaptive=0|1`, `shared_gain=F`, `shared_sure=P`, `shared_fair=R`, `shared_lag=S|off`, `step=joint|slot`, `gate=auto|wall|steps|off`, `gate_steps=N`, `gates=2|1`, `kv=auto|split|unified`, `context=0|1|answer`, `nmax=N`, `draft=GGUF`, `shortlist=PATH|full`, `margin=F`, `request_rows=0|1`,
     /// `head_dev=cpu|best`, `live=PATH|mem|off`, `live_cap=ENTRIES`, `steplog=PATH`); a bare value is the pack path. Without `pack=`,
     /// the pack beside the model is used when it exists; without `shortlist=`, the shortlist beside the draft GGUF,
     /// else the full head; without `head_dev=`, [`DEFAULT_HEAD_DEVICE`]; without `live=`, the live index is kept in
@@ -312,13 +316,16 @@ impl EngineConfig {
                 Some(("gate_steps", v)) => {
                     cfg.gate_steps = v.parse().map_err(|_| EngineError::Arg(format!("--spec-plugin-arg: gate_steps={v} is not a number of steps")))?
                 }
+                Some(("gates", "2")) => cfg.gates_apart = true,
+                Some(("gates", "1")) => cfg.gates_apart = false,
+                Some(("gates", v)) => return Err(EngineError::Arg(format!("--spec-plugin-arg: gates={v} is not 2 (alone and shared apart) or 1"))),
                 Some(("steplog", v)) => cfg.step_log = Some(PathBuf::from(v)),
                 Some(("nmax", v)) => {
                     cfg.n_max = v.parse().map_err(|_| EngineError::Arg(format!("--spec-plugin-arg: nmax={v} is not a number")))?
                 }
                 Some((k, _)) => {
                     return Err(EngineError::Arg(format!(
-                        "--spec-plugin-arg: unknown key `{k}` (known: pack, misslog, misslog_cap, adaptive, shared_gain, shared_sure, shared_fair, shared_lag, step, gate, gate_steps, kv, context, nmax, draft, shortlist, margin, request_rows, head_dev, live, live_cap, steplog)"
+                        "--spec-plugin-arg: unknown key `{k}` (known: pack, misslog, misslog_cap, adaptive, shared_gain, shared_sure, shared_fair, shared_lag, step, gate, gate_steps, gates, kv, context, nmax, draft, shortlist, margin, request_rows, head_dev, live, live_cap, steplog)"
                     )))
                 }
             }
@@ -556,7 +563,7 @@ impl Engine {
         let end = self.clock.elapsed().as_nanos() as u64;
         self.drafter.end_propose(seq, end);
         if let Some(l) = &mut self.steps {
-            let gate = self.drafter.gate().map(|g| (g.arm(), g.last_window()));
+            let gate = self.drafter.gates().map(|g| (g.current().arm(), g.last_window()));
             l.proposed(now, end, self.drafter.ended_step(), gate);
         }
         n
@@ -658,7 +665,7 @@ impl Engine {
             s.model_hits,
             s.model_probes,
             s.steps_off,
-            gate_line(self.drafter.gate()),
+            gates_line(self.drafter.gates()),
             s.alpha,
             s.beta[1],
             s.beta[2],
@@ -695,10 +702,18 @@ fn load_draft(model: &Model, want: &str, d: &DraftChoice, cfg: &EngineConfig) ->
     Ok((Box::new(md), backend))
 }
 
-/// "on 40 / off 9 windows (62.1 / 55.0 tok/s), 120 sure steps": how the measured gate ran (with several slots,
+/// How the gates ran: alone, and beside other slots when they are apart.
+fn gates_line(g: Option<&Gates>) -> String {
+    match g.map(Gates::regimes) {
+        None => "none".into(),
+        Some((one, None)) => gate_line(one),
+        Some((alone, Some(shared))) => format!("alone {}; beside other slots {}", gate_line(alone), gate_line(shared)),
+    }
+}
+
+/// "on 40 / off 9 windows (62.1 / 55.0 tok/s), 120 sure steps": how a measured gate ran (with several slots,
 /// rates in a slot's tokens per plain step).
-fn gate_line(g: Option<&crate::draft::gate::Gate>) -> String {
-    let Some(g) = g else { return "none".into() };
+fn gate_line(g: &Gate) -> String {
     let (digits, unit) = match g.clock() {
         Clock::Wall => (1, "tok/s"),
         Clock::PlainSteps => (3, "tokens a slot per plain step"),
@@ -753,6 +768,9 @@ mod tests {
         assert!(EngineConfig::from_plugin_arg("step=joint", "").unwrap().drafter_config().joint);
         assert!(!EngineConfig::from_plugin_arg("step=joint,step=slot", "").unwrap().drafter_config().joint);
         assert!(EngineConfig::from_plugin_arg("step=all", "").unwrap_err().to_string().contains("step=all is not joint or slot"));
+        let gates = |arg: &str| EngineConfig::from_plugin_arg(arg, "").unwrap().drafter_config().gate.unwrap().apart;
+        assert!(gates("") && gates("gates=2") && !gates("gates=1"), "a gate alone and one beside others by default");
+        assert!(EngineConfig::from_plugin_arg("gates=3", "").unwrap_err().to_string().contains("gates=3 is not 2"));
         assert_eq!(EngineConfig::from_plugin_arg("shared_lag=0.1,shared_lag=off", "").unwrap().shared_lag, f64::INFINITY);
         assert!(EngineConfig::from_plugin_arg("shared_lag=x", "").unwrap_err().to_string().contains("shared_lag=x is not a number in 0..=10"));
         let e = EngineConfig::from_plugin_arg("shared_sure=1.5", "").unwrap_err().to_string();

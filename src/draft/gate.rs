@@ -113,6 +113,8 @@ pub struct GateConfig {
     /// read 140–172 tok/s, plain-step ones 0.977–1.015: the machine's own drift, which plain steps divide out, was
     /// larger than what drafting gained, and the plugin ran 1.025× of plain on wall time, 1.051× in plain steps.
     pub clock: Option<Clock>,
+    /// Steps a sequence has alone and steps it shares have a gate each ([`super::gates::Gates`]); off: one gate.
+    pub apart: bool,
 }
 
 impl Default for GateConfig {
@@ -131,6 +133,7 @@ impl Default for GateConfig {
             min_drafted: 8,
             pass: 0.95,
             clock: None,
+            apart: true,
         }
     }
 }
@@ -428,6 +431,11 @@ impl Gate {
     /// A request's prompt was just decoded, in the step the next call follows (llama-server and vLLM begin a
     /// request right after the decode that evaluated its prompt).
     pub fn prompt(&mut self) {
+        self.prompt = true;
+    }
+
+    /// The time up to the next call is not this gate's: its steps were another gate's ([`super::gates::Gates`]).
+    pub fn skip(&mut self) {
         self.prompt = true;
     }
 
