@@ -329,9 +329,9 @@ impl Drafter {
         s.stats.calls += 1;
         // The gate's "off" windows draft nothing (and ask the draft model nothing); misses are still found.
         let beta = &self.beta;
-        let alone = !self.rounds.shared(seq).others();
+        let others = self.rounds.shared(seq).others();
         let gated = self.gate.as_mut().is_some_and(|gates| {
-            let g = gates.at(alone);
+            let g = gates.at(!others);
             if new_step {
                 let last = self.rounds.last();
                 let plain = g.clock() == Clock::PlainSteps;
@@ -351,7 +351,6 @@ impl Drafter {
             self.beta.observe_step(self.rounds.last(), now_ns.saturating_sub(prev));
         }
         let shared = self.rounds.shared(seq);
-        let others = shared.others();
         let unfair = if cfg.joint { Verify::new(&self.beta, &shared).joint(&self.beta, &shared) } else { Verify::new(&self.beta, &shared) };
         let verify = unfair.fair(cfg.shared_fair).owed(self.ledger.least_slack(shared.tokens, cfg.shared_lag));
         let margin = 1.0 + if others { cfg.shared_min_gain } else { cfg.min_gain };
