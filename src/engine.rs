@@ -704,10 +704,11 @@ fn load_draft(model: &Model, want: &str, d: &DraftChoice, cfg: &EngineConfig) ->
 
 /// How the gates ran: alone, and beside other slots when they are apart.
 fn gates_line(g: Option<&Gates>) -> String {
+    let line = |g: &Gate| if g.used() { gate_line(g) } else { "unused".into() };
     match g.map(Gates::regimes) {
         None => "none".into(),
         Some((one, None)) => gate_line(one),
-        Some((alone, Some(shared))) => format!("alone {}; beside other slots {}", gate_line(alone), gate_line(shared)),
+        Some((alone, Some(shared))) => format!("alone {}; beside other slots {}", line(alone), line(shared)),
     }
 }
 
@@ -743,6 +744,15 @@ fn parse_bool(v: &str) -> Result<bool, EngineError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_gate_no_step_reached_is_named_unused_not_given_rates() {
+        let mut g = Gates::new(GateConfig::default());
+        g.at(true).call(0, true);
+        let line = gates_line(Some(&g));
+        assert!(line.starts_with("alone on 0 / off 0 windows (? / ? tokens a slot per plain step)"), "{line}");
+        assert!(line.ends_with("; beside other slots unused"), "{line}");
+    }
 
     #[test]
     fn pack_is_found_beside_the_model() {

@@ -16,7 +16,7 @@
 //! tied with not drafting (29.0 against 29.3 tok/s); 8 windows of not drafting followed, the rest of the run (1.05×,
 //! ngram-simple 1.30×). A pause (no request, a long
 //! prompt) is cut out of the window it falls in: it is no arm's cost. So is a server step that decoded a
-//! prompt beside the other slots' tokens ([`Gate::prompt`]): at `-np 4` prompts were 54% of the wall time, and
+//! prompt beside the other slots' tokens ([`Gate::away`]): at `-np 4` prompts were 54% of the wall time, and
 //! whether a window held one or two of them decided its rate more than drafting did.
 //!
 //! A window ends where a server step begins (session 20): the server reports every slot's kept tokens before it
@@ -205,9 +205,9 @@ pub struct Gate {
     /// Server steps begun in the current window, and whether it is a short one.
     steps: u32,
     short: bool,
-    /// A prompt was decoded since the last call, and the current step is cut out of the window; a cut that came
-    /// inside a step carries to the next.
-    prompt: bool,
+    /// The time since the last call is not this gate's ([`Gate::away`]), and the current step is cut out of the
+    /// window; a cut that came inside a step carries to the next.
+    away: bool,
     cut: bool,
     carry: bool,
     /// A step verified sure drafts only ([`GateConfig::pass`]): the next step's first call cuts it out.
@@ -255,7 +255,7 @@ impl Gate {
             tokens: 0,
             steps: 0,
             short: false,
-            prompt: false,
+            away: false,
             cut: false,
             carry: false,
             sure: false,
@@ -271,6 +271,11 @@ impl Gate {
     /// Acceptance at which a drafted token passes the "off" arm ([`GateConfig::pass`]).
     pub fn pass(&self) -> f32 {
         self.cfg.pass
+    }
+
+    /// Whether any call has reached the gate (at `-np 1` the gate of shared steps never is).
+    pub fn used(&self) -> bool {
+        self.started
     }
 
     /// Whether the current window drafts.
@@ -297,8 +302,8 @@ impl Gate {
             self.cut = std::mem::take(&mut self.carry);
         }
         // Both causes are consumed here: a prompt decoded during a pause must not cut the next step as well.
-        let prompt = std::mem::take(&mut self.prompt);
-        if gap > self.cfg.idle_ns || prompt {
+        let away = std::mem::take(&mut self.away);
+        if gap > self.cfg.idle_ns || away {
             self.pauses += 1;
             self.cut = true;
             // A request begun in a step proposes first in the next server iteration, before the step's first call:
@@ -428,15 +433,11 @@ impl Gate {
         self.clock
     }
 
-    /// A request's prompt was just decoded, in the step the next call follows (llama-server and vLLM begin a
-    /// request right after the decode that evaluated its prompt).
-    pub fn prompt(&mut self) {
-        self.prompt = true;
-    }
-
-    /// The time up to the next call is not this gate's: its steps were another gate's ([`super::gates::Gates`]).
-    pub fn skip(&mut self) {
-        self.prompt = true;
+    /// The time up to the next call is no arm's of this gate: a request's prompt was just decoded, in the step the
+    /// next call follows (llama-server and vLLM begin a request right after the decode that evaluated its prompt),
+    /// or the steps since the gate's last call were another gate's ([`super::gates::Gates`]).
+    pub fn away(&mut self) {
+        self.away = true;
     }
 
     /// A sequence drafted only sure tokens ([`GateConfig::pass`]) for the next step, which is then no arm's.
@@ -715,7 +716,7 @@ mod tests {
                 g.step(2, false, false, None);
                 now += 10 * ms;
                 if k % 5 == 4 {
-                    g.prompt();
+                    g.away();
                     g.call(now, false);
                     now += 5_000;
                 }
@@ -967,7 +968,7 @@ mod tests {
             g.call(t * ms, new_step);
         }
         g.accepted(5);
-        g.prompt();
+        g.away();
         g.call(310 * ms, true);
         g.call(310 * ms, false);
         assert_eq!((g.pauses, g.ran), (1, [0, 0]));
@@ -1010,7 +1011,7 @@ mod tests {
         let mut g = Gate::new(GateConfig { window: 2, min_steps: 1, min_drafted: 0, ..wall() });
         let ms = 1_000_000;
         g.call(0, true);
-        g.prompt();
+        g.away();
         g.call(1_000 * ms, true);
         assert_eq!(g.pauses, 1);
         g.call(1_010 * ms, true);

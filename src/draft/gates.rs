@@ -28,7 +28,7 @@ impl Gates {
     pub fn at(&mut self, alone: bool) -> &mut Gate {
         let i = usize::from(!alone).min(self.gates.len() - 1);
         if i != self.current {
-            self.gates[i].skip();
+            self.gates[i].away();
             self.current = i;
         }
         &mut self.gates[i]
@@ -46,7 +46,7 @@ impl Gates {
     /// A prompt was decoded before the next call: no gate's time.
     pub fn prompt(&mut self) {
         for g in &mut self.gates {
-            g.prompt();
+            g.away();
         }
     }
 
