@@ -329,7 +329,8 @@ impl Drafter {
         s.stats.calls += 1;
         // The gate's "off" windows draft nothing (and ask the draft model nothing); misses are still found.
         let beta = &self.beta;
-        let others = self.rounds.shared(seq).others();
+        let shared = self.rounds.shared(seq);
+        let others = shared.others();
         let gated = self.gate.as_mut().is_some_and(|gates| {
             let g = gates.at(!others);
             if new_step {
@@ -350,7 +351,6 @@ impl Drafter {
             // `-np 4`, and two of them lifted the fit of several-pass steps past where no draft paid (session 73).
             self.beta.observe_step(self.rounds.last(), now_ns.saturating_sub(prev));
         }
-        let shared = self.rounds.shared(seq);
         let unfair = if cfg.joint { Verify::new(&self.beta, &shared).joint(&self.beta, &shared) } else { Verify::new(&self.beta, &shared) };
         let verify = unfair.fair(cfg.shared_fair).owed(self.ledger.least_slack(shared.tokens, cfg.shared_lag));
         let margin = 1.0 + if others { cfg.shared_min_gain } else { cfg.min_gain };
