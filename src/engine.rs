@@ -100,6 +100,9 @@ pub struct EngineConfig {
     pub gate_steps: u32,
     /// A gate for steps a slot has alone and one for shared steps (`gates=2`), or one for both (`gates=1`).
     pub gates_apart: bool,
+    /// Not drafting taken as a slot's token per plain step until re-checked (`gate_off=one`), or measured in the
+    /// window after the first drafting one (`gate_off=measure`; [`GateConfig::off_one`]).
+    pub gate_off_one: bool,
 }
 
 /// Whether an engine learns from what it serves, and where that is kept across restarts.
@@ -165,6 +168,7 @@ impl Default for EngineConfig {
             gate_clock: None,
             gate_steps: GateConfig::default().min_steps,
             gates_apart: GateConfig::default().apart,
+            gate_off_one: GateConfig::default().off_one,
         }
     }
 }
@@ -223,13 +227,19 @@ impl EngineConfig {
             joint: self.joint,
             layout: self.layout,
             context: self.context,
-            gate: self.gate.then_some(GateConfig { clock: self.gate_clock, min_steps: self.gate_steps, apart: self.gates_apart, ..GateConfig::default() }),
+            gate: self.gate.then_some(GateConfig {
+                clock: self.gate_clock,
+                min_steps: self.gate_steps,
+                apart: self.gates_apart,
+                off_one: self.gate_off_one,
+                ..GateConfig::default()
+            }),
             ..DrafterConfig::default()
         }
     }
 
     /// Parses `--spec-plugin-arg`: comma-separated `key=value` (`pack=PATH|off`, `misslog=PATH|off`, `misslog_cap=BYTES`,
-    /// `adaptive=0|1`, `shared_gain=F`, `shared_sure=P`, `shared_fair=R`, `shared_lag=S|off`, `step=joint|slot`, `gate=auto|wall|steps|off`, `gate_steps=N`, `gates=2|1`, `kv=auto|split|unified`, `context=0|1|answer`, `nmax=N`, `draft=GGUF`, `shortlist=PATH|full`, `margin=F`, `request_rows=0|1`,
+    /// `adaptive=0|1`, `shared_gain=F`, `shared_sure=P`, `shared_fair=R`, `shared_lag=S|off`, `step=joint|slot`, `gate=auto|wall|steps|off`, `gate_steps=N`, `gates=2|1`, `gate_off=one|measure`, `kv=auto|split|unified`, `context=0|1|answer`, `nmax=N`, `draft=GGUF`, `shortlist=PATH|full`, `margin=F`, `request_rows=0|1`,
     /// `head_dev=cpu|best`, `live=PATH|mem|off`, `live_cap=ENTRIES`, `steplog=PATH`); a bare value is the pack path. Without `pack=`,
     /// the pack beside the model is used when it exists; without `shortlist=`, the shortlist beside the draft GGUF,
     /// else the full head; without `head_dev=`, [`DEFAULT_HEAD_DEVICE`]; without `live=`, the live index is kept in
@@ -319,13 +329,16 @@ impl EngineConfig {
                 Some(("gates", "2")) => cfg.gates_apart = true,
                 Some(("gates", "1")) => cfg.gates_apart = false,
                 Some(("gates", v)) => return Err(EngineError::Arg(format!("--spec-plugin-arg: gates={v} is not 2 (alone and shared apart) or 1"))),
+                Some(("gate_off", "one")) => cfg.gate_off_one = true,
+                Some(("gate_off", "measure")) => cfg.gate_off_one = false,
+                Some(("gate_off", v)) => return Err(EngineError::Arg(format!("--spec-plugin-arg: gate_off={v} is not one or measure"))),
                 Some(("steplog", v)) => cfg.step_log = Some(PathBuf::from(v)),
                 Some(("nmax", v)) => {
                     cfg.n_max = v.parse().map_err(|_| EngineError::Arg(format!("--spec-plugin-arg: nmax={v} is not a number")))?
                 }
                 Some((k, _)) => {
                     return Err(EngineError::Arg(format!(
-                        "--spec-plugin-arg: unknown key `{k}` (known: pack, misslog, misslog_cap, adaptive, shared_gain, shared_sure, shared_fair, shared_lag, step, gate, gate_steps, gates, kv, context, nmax, draft, shortlist, margin, request_rows, head_dev, live, live_cap, steplog)"
+                        "--spec-plugin-arg: unknown key `{k}` (known: pack, misslog, misslog_cap, adaptive, shared_gain, shared_sure, shared_fair, shared_lag, step, gate, gate_steps, gates, gate_off, kv, context, nmax, draft, shortlist, margin, request_rows, head_dev, live, live_cap, steplog)"
                     )))
                 }
             }
@@ -719,9 +732,14 @@ fn gate_line(g: &Gate) -> String {
         Clock::Wall => (1, "tok/s"),
         Clock::PlainSteps => (3, "tokens a slot per plain step"),
     };
-    let rate = |r: Option<f64>| r.map_or("?".into(), |r| format!("{r:.digits$}"));
+    // The off arm's rate before its first window is the one it has by construction ([`GateConfig::off_one`]).
+    let rate = |r: Option<f64>, ran: u64| match r {
+        None => "?".into(),
+        Some(r) if ran == 0 => format!("{r:.digits$} taken"),
+        Some(r) => format!("{r:.digits$}"),
+    };
     let [on, off] = g.rates();
-    format!("on {} / off {} windows ({} / {} {unit}), {} sure steps", g.ran[0], g.ran[1], rate(on), rate(off), g.sure_steps)
+    format!("on {} / off {} windows ({} / {} {unit}), {} sure steps", g.ran[0], g.ran[1], rate(on, g.ran[0]), rate(off, g.ran[1]), g.sure_steps)
 }
 
 impl Drop for Engine {
@@ -750,7 +768,7 @@ mod tests {
         let mut g = Gates::new(GateConfig::default());
         g.at(true).call(0, true);
         let line = gates_line(Some(&g));
-        assert!(line.starts_with("alone on 0 / off 0 windows (? / ? tokens a slot per plain step)"), "{line}");
+        assert!(line.starts_with("alone on 0 / off 0 windows (? / 1.000 taken tokens a slot per plain step)"), "{line}");
         assert!(line.ends_with("; beside other slots unused"), "{line}");
     }
 
@@ -781,6 +799,9 @@ mod tests {
         let gates = |arg: &str| EngineConfig::from_plugin_arg(arg, "").unwrap().drafter_config().gate.unwrap().apart;
         assert!(gates("") && gates("gates=2") && !gates("gates=1"), "a gate alone and one beside others by default");
         assert!(EngineConfig::from_plugin_arg("gates=3", "").unwrap_err().to_string().contains("gates=3 is not 2"));
+        let off_one = |arg: &str| EngineConfig::from_plugin_arg(arg, "").unwrap().drafter_config().gate.unwrap().off_one;
+        assert!(off_one("") && off_one("gate_off=one") && !off_one("gate_off=measure"), "not drafting taken as one by default");
+        assert!(EngineConfig::from_plugin_arg("gate_off=0", "").unwrap_err().to_string().contains("gate_off=0 is not one or measure"));
         assert_eq!(EngineConfig::from_plugin_arg("shared_lag=0.1,shared_lag=off", "").unwrap().shared_lag, f64::INFINITY);
         assert!(EngineConfig::from_plugin_arg("shared_lag=x", "").unwrap_err().to_string().contains("shared_lag=x is not a number in 0..=10"));
         let e = EngineConfig::from_plugin_arg("shared_sure=1.5", "").unwrap_err().to_string();
