@@ -371,9 +371,12 @@ impl Gate {
                 self.on_per_call = self.tokens as f64 / f64::from(self.calls);
             }
             // The best arm goes on running after a window that re-measured the other: its rate is still its own
-            // recent windows', and one window after each re-measurement must not replace it. The off arm's rate by
-            // construction ([`GateConfig::off_one`]) is no window's: its first measurement replaces it.
-            let running = (self.last == Some(self.arm) || self.best == Some(self.arm)) && self.ran[i] > 0;
+            // recent windows', and one window after each re-measurement must not replace it; a re-measurement (the
+            // arm is not the best) replaces, also when it follows a window of its own arm (a first choice against
+            // drafting re-checked at once, [`GateConfig::off_one`]: blended in, one unlucky first window outweighs the
+            // re-check, as the module's last paragraph tells). The off arm's rate by construction is no window's: its
+            // first measurement replaces it.
+            let running = self.best == Some(self.arm) && self.ran[i] > 0;
             self.rate[i] = Some(match self.rate[i] {
                 Some(old) if running => old + self.cfg.weight * (r - old),
                 _ => r,
@@ -927,6 +930,15 @@ mod tests {
         let (_, arm, read) = first_off.last_window().unwrap();
         // Plain steps of 60 and 64 ms read a little off 1 on their moving mean: what the window read is the arm's rate.
         assert!(arm == Arm::Off && read != 1.0 && first_off.rates()[1] == Some(read), "{read} {:?}", first_off.rates());
+    }
+
+    #[test]
+    fn a_first_drafting_window_rechecked_at_once_is_replaced_not_blended() {
+        // The first drafting window keeps nothing (0.857 of not drafting), the next keeps a token every other step
+        // (1.29x). Blended in, the re-check read 0.99 and drafting went off for two windows; replaced, it stays on.
+        let (g, arms) = serve_alone(true, 70_000_000, |s| if s < 49 { 0 } else { s % 2 }, 0, 200);
+        assert!(arms[96..192].iter().all(|&a| a == Arm::On), "{:?}", g.ran);
+        assert!(g.rates()[0].unwrap() > 1.2, "{:?}", g.rates());
     }
 
     #[test]
