@@ -41,6 +41,7 @@ mod seq;
 pub mod stats;
 pub mod step;
 pub mod syntax;
+mod unit;
 
 use std::collections::VecDeque;
 
@@ -324,6 +325,13 @@ impl Drafter {
             self.stepped_decisions.clear();
             self.stepped_decisions.extend(self.seqs.iter().map(|s| Decision { kept: s.kept, ..s.decision }));
         }
+        // The cells the step that ended read: each of its sequences' mirror as of its call then, give or take its tokens.
+        let step_ctx = if new_step && self.gate.is_some() {
+            let last = self.rounds.last();
+            last.iter().zip(&self.seqs).filter(|(&t, _)| t > 0).map(|(_, s)| s.ctx.tokens().len()).sum()
+        } else {
+            0
+        };
         let cfg = &self.cfg;
         let s = &mut self.seqs[seq];
         s.stats.calls += 1;
@@ -337,7 +345,7 @@ impl Drafter {
                 let last = self.rounds.last();
                 let plain = g.clock() == Clock::PlainSteps;
                 let price = beta.step_ns(last.len(), |j| last[j].min(1)).filter(|_| plain);
-                g.step(last.iter().filter(|&&t| t > 0).count(), last.iter().any(|&t| t > 1), self.rounds.left(), price);
+                g.step(last.iter().filter(|&&t| t > 0).count(), step_ctx, last.iter().any(|&t| t > 1), self.rounds.left(), price);
             }
             g.call(now_ns, new_step);
             g.arm() == Arm::Off

@@ -103,6 +103,9 @@ pub struct EngineConfig {
     /// Not drafting taken as a slot's token per plain step until re-checked (`gate_off=one`), or measured in the
     /// window after the first drafting one (`gate_off=measure`; [`GateConfig::off_one`]).
     pub gate_off_one: bool,
+    /// A plain step priced at the cells its slots hold (`gate_unit=context`), or at the mean of recent plain steps
+    /// of as many slots (`gate_unit=mean`; [`GateConfig::by_context`]).
+    pub gate_by_context: bool,
 }
 
 /// Whether an engine learns from what it serves, and where that is kept across restarts.
@@ -169,6 +172,7 @@ impl Default for EngineConfig {
             gate_steps: GateConfig::default().min_steps,
             gates_apart: GateConfig::default().apart,
             gate_off_one: GateConfig::default().off_one,
+            gate_by_context: GateConfig::default().by_context,
         }
     }
 }
@@ -232,6 +236,7 @@ impl EngineConfig {
                 min_steps: self.gate_steps,
                 apart: self.gates_apart,
                 off_one: self.gate_off_one,
+                by_context: self.gate_by_context,
                 ..GateConfig::default()
             }),
             ..DrafterConfig::default()
@@ -239,7 +244,7 @@ impl EngineConfig {
     }
 
     /// Parses `--spec-plugin-arg`: comma-separated `key=value` (`pack=PATH|off`, `misslog=PATH|off`, `misslog_cap=BYTES`,
-    /// `adaptive=0|1`, `shared_gain=F`, `shared_sure=P`, `shared_fair=R`, `shared_lag=S|off`, `step=joint|slot`, `gate=auto|wall|steps|off`, `gate_steps=N`, `gates=2|1`, `gate_off=one|measure`, `kv=auto|split|unified`, `context=0|1|answer`, `nmax=N`, `draft=GGUF`, `shortlist=PATH|full`, `margin=F`, `request_rows=0|1`,
+    /// `adaptive=0|1`, `shared_gain=F`, `shared_sure=P`, `shared_fair=R`, `shared_lag=S|off`, `step=joint|slot`, `gate=auto|wall|steps|off`, `gate_steps=N`, `gates=2|1`, `gate_off=one|measure`, `gate_unit=context|mean`, `kv=auto|split|unified`, `context=0|1|answer`, `nmax=N`, `draft=GGUF`, `shortlist=PATH|full`, `margin=F`, `request_rows=0|1`,
     /// `head_dev=cpu|best`, `live=PATH|mem|off`, `live_cap=ENTRIES`, `steplog=PATH`); a bare value is the pack path. Without `pack=`,
     /// the pack beside the model is used when it exists; without `shortlist=`, the shortlist beside the draft GGUF,
     /// else the full head; without `head_dev=`, [`DEFAULT_HEAD_DEVICE`]; without `live=`, the live index is kept in
@@ -332,13 +337,16 @@ impl EngineConfig {
                 Some(("gate_off", "one")) => cfg.gate_off_one = true,
                 Some(("gate_off", "measure")) => cfg.gate_off_one = false,
                 Some(("gate_off", v)) => return Err(EngineError::Arg(format!("--spec-plugin-arg: gate_off={v} is not one or measure"))),
+                Some(("gate_unit", "context")) => cfg.gate_by_context = true,
+                Some(("gate_unit", "mean")) => cfg.gate_by_context = false,
+                Some(("gate_unit", v)) => return Err(EngineError::Arg(format!("--spec-plugin-arg: gate_unit={v} is not context or mean"))),
                 Some(("steplog", v)) => cfg.step_log = Some(PathBuf::from(v)),
                 Some(("nmax", v)) => {
                     cfg.n_max = v.parse().map_err(|_| EngineError::Arg(format!("--spec-plugin-arg: nmax={v} is not a number")))?
                 }
                 Some((k, _)) => {
                     return Err(EngineError::Arg(format!(
-                        "--spec-plugin-arg: unknown key `{k}` (known: pack, misslog, misslog_cap, adaptive, shared_gain, shared_sure, shared_fair, shared_lag, step, gate, gate_steps, gates, gate_off, kv, context, nmax, draft, shortlist, margin, request_rows, head_dev, live, live_cap, steplog)"
+                        "--spec-plugin-arg: unknown key `{k}` (known: pack, misslog, misslog_cap, adaptive, shared_gain, shared_sure, shared_fair, shared_lag, step, gate, gate_steps, gates, gate_off, gate_unit, kv, context, nmax, draft, shortlist, margin, request_rows, head_dev, live, live_cap, steplog)"
                     )))
                 }
             }
@@ -802,6 +810,9 @@ mod tests {
         let off_one = |arg: &str| EngineConfig::from_plugin_arg(arg, "").unwrap().drafter_config().gate.unwrap().off_one;
         assert!(off_one("") && off_one("gate_off=one") && !off_one("gate_off=measure"), "not drafting taken as one by default");
         assert!(EngineConfig::from_plugin_arg("gate_off=0", "").unwrap_err().to_string().contains("gate_off=0 is not one or measure"));
+        let by_context = |arg: &str| EngineConfig::from_plugin_arg(arg, "").unwrap().drafter_config().gate.unwrap().by_context;
+        assert!(by_context("") && by_context("gate_unit=context") && !by_context("gate_unit=mean"), "priced at the step's context by default");
+        assert!(EngineConfig::from_plugin_arg("gate_unit=ctx", "").unwrap_err().to_string().contains("gate_unit=ctx is not context or mean"));
         assert_eq!(EngineConfig::from_plugin_arg("shared_lag=0.1,shared_lag=off", "").unwrap().shared_lag, f64::INFINITY);
         assert!(EngineConfig::from_plugin_arg("shared_lag=x", "").unwrap_err().to_string().contains("shared_lag=x is not a number in 0..=10"));
         let e = EngineConfig::from_plugin_arg("shared_sure=1.5", "").unwrap_err().to_string();

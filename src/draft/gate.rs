@@ -59,7 +59,7 @@
 //! after each check of the other arm, one unlucky window there turned drafting off for as long as the checks kept
 //! confirming it (replayed alone on 48 HumanEval prompts: off from the 29th to the 45th, 1.73× against 1.81×).
 
-use super::mean::clipped_average;
+use super::unit::PlainSteps;
 
 /// Tuning of the gate.
 #[derive(Clone, Debug)]
@@ -122,6 +122,9 @@ pub struct GateConfig {
     /// steps, two windows, the second of which did not draft (session 80, HumanEval). Replayed on that run's three
     /// plain machines (HumanEval, 32 requests): 1.093–1.099× plain against 1.088–1.094× measuring it.
     pub off_one: bool,
+    /// On [`Clock::PlainSteps`], a plain step is priced at the cells its slots hold ([`super::unit`]); off: at the
+    /// mean of recent plain steps of as many slots, whatever their context.
+    pub by_context: bool,
 }
 
 impl Default for GateConfig {
@@ -142,6 +145,7 @@ impl Default for GateConfig {
             clock: None,
             apart: true,
             off_one: true,
+            by_context: true,
         }
     }
 }
@@ -159,8 +163,9 @@ pub enum Clock {
 /// A server step as the gate learns of it at the next step's first call ([`Gate::step`]).
 #[derive(Clone, Copy, Debug, Default)]
 struct Ended {
-    /// Generating slots, and whether any of them verified a draft.
+    /// Generating slots, the cells of context they held, and whether any of them verified a draft.
     slots: usize,
+    ctx: usize,
     drafted: bool,
     /// A slot of the step before was not in it: the server finished that request in it.
     left: bool,
@@ -195,10 +200,8 @@ pub struct Gate {
     clock: Clock,
     /// The step the next first call of a step ends.
     ended: Ended,
-    /// Per number of slots, the mean wall time of a plain step (ns) and how many were measured.
-    plain: Vec<(f64, u32)>,
-    /// Plain steps' wall time over the β model's price, and how many were measured.
-    priced: (f64, u32),
+    /// What plain steps took, the clock's unit.
+    plain: PlainSteps,
     /// The current step's first call (ns), and whether nothing in it was cut out so far.
     step_ns: Option<u64>,
     step_whole: bool,
@@ -239,6 +242,7 @@ impl Gate {
         let explore_every = cfg.explore_every.max(1);
         let clock = cfg.clock.unwrap_or(Clock::PlainSteps);
         let off = (cfg.off_one && clock == Clock::PlainSteps).then_some(1.0);
+        let plain = PlainSteps::new(cfg.by_context);
         Gate {
             cfg,
             arm: Arm::On,
@@ -252,8 +256,7 @@ impl Gate {
             last_rate: 0.0,
             clock,
             ended: Ended::default(),
-            plain: Vec::new(),
-            priced: (0.0, 0),
+            plain,
             step_ns: None,
             step_whole: false,
             scale: None,
@@ -402,38 +405,30 @@ impl Gate {
         }
     }
 
-    /// The step the next call ends (as the first of the next step) had `slots` slots generating, `drafted` says
-    /// whether any of them verified a draft, `left` whether a slot generating in the step before was not in it
-    /// (its request ended), and the β model prices those slots at one token each at `price_ns`
-    /// ([`Clock::PlainSteps`]; wall time ignores it).
-    pub fn step(&mut self, slots: usize, drafted: bool, left: bool, price_ns: Option<f64>) {
-        self.ended = Ended { slots, drafted, left, price: price_ns.filter(|&p| p > 0.0) };
+    /// The step the next call ends (as the first of the next step) had `slots` slots generating, holding `ctx` cells
+    /// of context, `drafted` says whether any of them verified a draft, `left` whether a slot generating in the step
+    /// before was not in it (its request ended), and the β model prices those slots at one token each at `price_ns`
+    /// ([`Clock::PlainSteps`]; wall time ignores all but `left`).
+    pub fn step(&mut self, slots: usize, ctx: usize, drafted: bool, left: bool, price_ns: Option<f64>) {
+        self.ended = Ended { slots, ctx, drafted, left, price: price_ns.filter(|&p| p > 0.0) };
     }
 
     /// At `now_ns`, the first call of a step, whose interval since the last call was `spoiled` (a pause, a prompt,
-    /// sure drafts): the step that ended here has as its unit the plain step of its slots as measured before it (or
-    /// priced, corrected by what was measured), and measures it when it was plain and nothing in it was cut out.
+    /// sure drafts): the step that ended here has as its unit the plain step of its slots and context as measured
+    /// before it (or priced, corrected by what was measured), and measures it when it was plain and nothing in it was cut out.
     /// Timed from the step's first call, not by the last interval: a request begun in a step proposes first in the
     /// next server iteration, so its call carries the decode and the step's first call comes microseconds later
     /// (learned as a plain step, such intervals made the gate read drafting at 0.000 tokens a slot per plain step).
     fn time_plain(&mut self, now_ns: u64, spoiled: bool) {
-        let Ended { slots, drafted, price, .. } = self.ended;
-        let measured = self.plain.get(slots).filter(|p| p.1 > 0).map(|p| p.0);
-        let priced = price.map(|p| if self.priced.1 > 0 { p * self.priced.0 } else { p });
-        self.scale = measured.or(priced).filter(|_| slots > 0).map(|ns| slots as f64 / ns);
+        let Ended { slots, ctx, drafted, price, .. } = self.ended;
+        let unit = self.plain.unit_ns(slots, ctx, price);
+        self.scale = unit.filter(|_| slots > 0).map(|ns| slots as f64 / ns);
         let wall = self.step_ns.replace(now_ns).map(|s| now_ns.saturating_sub(s));
         let whole = std::mem::replace(&mut self.step_whole, true) && !spoiled;
         let Some(wall_ns) = wall.filter(|&w| w > 0 && whole && slots > 0 && !drafted) else {
             return;
         };
-        if self.plain.len() <= slots {
-            self.plain.resize(slots + 1, (0.0, 0));
-        }
-        let (mean, n) = &mut self.plain[slots];
-        clipped_average(mean, n, wall_ns as f64, 0.0);
-        if let Some(p) = price {
-            clipped_average(&mut self.priced.0, &mut self.priced.1, wall_ns as f64 / p, 0.0);
-        }
+        self.plain.learn(slots, ctx, wall_ns as f64, price);
     }
 
     /// The last full window: how many windows have been measured, its arm, and the rate it measured.
@@ -608,7 +603,7 @@ mod tests {
             let mut drafting = false;
             for slot in 0..n {
                 if slot == 0 {
-                    g.step(last.0, last.1, false, Some(plain(last.0) as f64 * 1.25));
+                    g.step(last.0, 0, last.1, false, Some(plain(last.0) as f64 * 1.25));
                 }
                 now += 10_000;
                 g.call(now, slot == 0);
@@ -647,7 +642,7 @@ mod tests {
             let mut drafting = false;
             for slot in 0..8 {
                 if slot == 0 {
-                    g.step(8, last_drafted, false, Some(110e6));
+                    g.step(8, 0, last_drafted, false, Some(110e6));
                 }
                 now += 10_000;
                 g.call(now, slot == 0);
@@ -700,20 +695,20 @@ mod tests {
         let cfg = GateConfig { window: 1, min_steps: 1, min_drafted: 0, clock: Some(Clock::PlainSteps), off_one: false, ..GateConfig::default() };
         let mut g = Gate::new(cfg);
         g.call(0, true);
-        g.step(2, true, false, None);
+        g.step(2, 0, true, false, None);
         g.call(10_000_000, true);
         assert_eq!((g.ran, g.pauses), ([0, 0], 0), "a step neither measured nor priced is cut, and is no pause");
         // Priced at 20 ms, it took 10: one token in half a plain step of two slots, per slot.
-        g.step(2, false, false, Some(20_000_000.0));
+        g.step(2, 0, false, false, Some(20_000_000.0));
         g.call(20_000_000, true);
         assert_eq!(g.ran, [1, 0]);
         assert!((g.rates()[0].unwrap() - 1.0).abs() < 1e-9, "{:?}", g.rates());
         // Measured since: 10 ms.
-        g.step(2, true, false, None);
+        g.step(2, 0, true, false, None);
         g.call(30_000_000, true);
         assert!((g.rates()[1].unwrap() - 0.5).abs() < 1e-9, "one token in a plain step of two slots: {:?}", g.rates());
         // Three slots never plain: priced at 30 ms, which plain steps measured to take half of their price.
-        g.step(3, true, false, Some(30_000_000.0));
+        g.step(3, 0, true, false, Some(30_000_000.0));
         g.call(45_000_000, true);
         let (_, arm, rate) = g.last_window().unwrap();
         assert!(arm == Arm::On && (rate - 1.0 / 3.0).abs() < 1e-9, "15 ms of three slots' 15 ms plain step: {rate}");
@@ -728,7 +723,7 @@ mod tests {
             let mut g = Gate::new(GateConfig { window: 8, min_steps: 1, min_drafted: 0, clock: Some(clock), ..GateConfig::default() });
             let (ms, mut now) = (1_000_000, 0);
             for k in 0..400 {
-                g.step(2, false, false, None);
+                g.step(2, 0, false, false, None);
                 now += 10 * ms;
                 if k % 5 == 4 {
                     g.away();
@@ -895,7 +890,7 @@ mod tests {
         let mut g = Gate::new(GateConfig { off_one, ..GateConfig::default() });
         let (mut now, mut drafted, mut arms) = (0u64, false, Vec::new());
         for step in 0..steps {
-            g.step(1, drafted, false, Some(60e6));
+            g.step(1, 0, drafted, false, Some(60e6));
             g.call(now, true);
             drafted = g.arm() == Arm::On;
             arms.push(g.arm());
@@ -930,6 +925,49 @@ mod tests {
         let (_, arm, read) = first_off.last_window().unwrap();
         // Plain steps of 60 and 64 ms read a little off 1 on their moving mean: what the window read is the arm's rate.
         assert!(arm == Arm::Off && read != 1.0 && first_off.rates()[1] == Some(read), "{read} {:?}", first_off.rates());
+    }
+
+    /// One slot alone through `requests` answers of 256 tokens from a prompt of 50, a plain step taking 9.6 ms plus
+    /// 12.5 µs a cell of context (SmolLM2-135M as served), a drafting one 10% more for nothing kept. Returns what every
+    /// window of not drafting read.
+    fn off_windows_through_answers(by_context: bool, requests: usize) -> Vec<f64> {
+        let mut g = Gate::new(GateConfig { by_context, ..GateConfig::default() });
+        let (mut now, mut drafted, mut reads, mut seen) = (0u64, false, Vec::new(), 0);
+        for _ in 0..requests {
+            now += 150_000_000;
+            g.away();
+            for t in 0..256usize {
+                let ctx = 50 + t;
+                g.step(1, ctx, drafted, false, Some(10e6));
+                g.call(now, true);
+                if let Some((n, Arm::Off, read)) = g.last_window().filter(|w| w.0 > seen) {
+                    reads.push(read);
+                    seen = n;
+                }
+                seen = seen.max(g.ran[0] + g.ran[1]);
+                drafted = g.arm() == Arm::On;
+                if drafted {
+                    g.drafted(4);
+                }
+                let plain = 9.6e6 + 12.5e3 * ctx as f64;
+                now += (if drafted { 1.1 * plain } else { plain }) as u64;
+            }
+        }
+        reads
+    }
+
+    #[test]
+    fn not_drafting_reads_one_where_requests_begin_when_steps_are_priced_at_their_context() {
+        // Priced at the mean of recent plain steps, a window in which a request began read its first steps at the
+        // last answer's end: up to 30% cheap, and the window well above one.
+        let mean = off_windows_through_answers(false, 12);
+        let high = mean.iter().cloned().fold(0.0, f64::max);
+        assert!(mean.len() >= 20 && high > 1.03, "{} windows, highest {high}", mean.len());
+        let priced = off_windows_through_answers(true, 12);
+        assert!(priced.len() >= 20, "{}", priced.len());
+        // The slope is learned in the first answers; from then on every window of not drafting reads one.
+        let late = &priced[priced.len() / 2..];
+        assert!(late.iter().all(|r| (r - 1.0).abs() < 0.01), "{late:?}");
     }
 
     #[test]
@@ -1008,18 +1046,18 @@ mod tests {
         let mut g = Gate::new(GateConfig { window: 8, min_steps: 1, min_drafted: 0, ..wall() });
         let ms = 1_000_000;
         for (t, new_step) in [(0, true), (0, false), (0, false), (10, true), (10, false), (10, false)] {
-            g.step(3, false, false, None);
+            g.step(3, 0, false, false, None);
             g.call(t * ms, new_step);
         }
         // The first call of the step without slot 2, then the step's end 60 ms later.
-        g.step(3, false, false, None);
+        g.step(3, 0, false, false, None);
         g.call(20 * ms, true);
         g.call(20 * ms, false);
-        g.step(2, false, true, None);
+        g.step(2, 0, false, true, None);
         g.call(80 * ms, true);
         g.call(80 * ms, false);
         assert_eq!((g.pauses, g.ran), (1, [0, 0]), "the 60 ms step is cut");
-        g.step(2, false, false, None);
+        g.step(2, 0, false, false, None);
         g.call(90 * ms, true);
         assert_eq!(g.ran, [1, 0]);
         let on = g.rates()[0].unwrap();

@@ -73,7 +73,7 @@ mod tests {
         for _ in 0..steps {
             let on = g.current().arm() == Arm::On;
             let gate = g.at(slots == 1);
-            gate.step(slots, on, false, Some(1e6));
+            gate.step(slots, 0, on, false, Some(1e6));
             for s in 0..slots {
                 gate.call(now + s as u64 * 10_000, s == 0);
             }
