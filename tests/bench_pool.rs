@@ -54,3 +54,15 @@ fn a_directory_without_a_report_is_named() {
     assert!(!out.status.success());
     assert!(stderr.contains(&dir.join("load.json").display().to_string()), "{stderr}");
 }
+
+#[test]
+fn a_setting_the_plugin_refuses_is_refused_before_anything_is_served() {
+    // No model is fetched or loaded and no server started: the refusal names the flag and the plugin's reason.
+    let out = Command::new(env!("CARGO_BIN_EXE_kolm-rsd"))
+        .args(["bench", "--load", "--no-fetch", "--models", "no-such-model", "--ab-arg", "gate_unit=ctx"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("--ab-arg gate_unit=ctx") && stderr.contains("gate_unit=ctx is not context or mean"), "{stderr}");
+}

@@ -258,6 +258,11 @@ fn run_compile_bench(a: BenchArgs) -> Result<i32, Box<dyn std::error::Error>> {
 
 /// `--load`: the held-out prompts of the workloads (a structured and a prose one by default) from many clients at once.
 fn run_load(a: BenchArgs) -> Result<i32, Box<dyn std::error::Error>> {
+    // A setting the plugin refuses would otherwise surface only when `kolm-b`'s first server fails to start, after
+    // the answers alone and the configurations before it were served.
+    if let Some(arg) = &a.ab_arg {
+        engine::EngineConfig::from_plugin_arg(arg, "").map_err(|e| format!("--ab-arg {arg}: {e}"))?;
+    }
     let name = a.models.as_ref().and_then(|m| m.first().cloned()).unwrap_or_else(|| fetch::DEFAULT_MODEL.into());
     let model = if Path::new(&name).is_file() { PathBuf::from(&name) } else { fetch::model(&name, !a.no_fetch)? };
     let configs = LoadConfig::parse_list(a.configs.as_deref().unwrap_or("plain-strict,kolm-idle,kolm"))?;
