@@ -37,7 +37,7 @@
 //! eight slots yields 8 tokens in 127 ms, one of three 3 in 60 ms, on Qwen2.5-Coder-1.5B at `-np 8`) as about
 //! drafting, so there the gate counts its time in plain steps ([`Clock::PlainSteps`]): each step's time over what a
 //! step of as many slots at one token each was measured to take lately (in either arm: steps in which no slot
-//! drafted). Not drafting reads about one token a slot per plain step whatever the occupancy, drafting what it
+//! drafted), at the step's context ([`super::unit`]). Not drafting reads about one token a slot per plain step whatever the occupancy, drafting what it
 //! gains. Measured rather than priced by the β model: its buckets count tokens, not slots, and it priced the plain
 //! step of four slots 21–33% above its wall time at `-np 4` (three slots' steps, slower in place, lifted it). A
 //! number of slots not yet seen in a plain step takes the β model's price, scaled by what plain steps measured
