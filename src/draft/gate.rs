@@ -37,11 +37,11 @@
 //! eight slots yields 8 tokens in 127 ms, one of three 3 in 60 ms, on Qwen2.5-Coder-1.5B at `-np 8`) as about
 //! drafting, so there the gate counts its time in plain steps ([`Clock::PlainSteps`]): each step's time over what a
 //! step of as many slots at one token each was measured to take lately (in either arm: steps in which no slot
-//! drafted), at the step's context ([`super::unit`]). Not drafting reads about one token a slot per plain step whatever the occupancy, drafting what it
-//! gains. Measured rather than priced by the β model: its buckets count tokens, not slots, and it priced the plain
-//! step of four slots 21–33% above its wall time at `-np 4` (three slots' steps, slower in place, lifted it). A
-//! number of slots not yet seen in a plain step takes the β model's price, scaled by what plain steps measured
-//! against it: a window that drafts at every step must still close.
+//! drafted), at the step's context ([`super::unit`]). Not drafting reads about one token a slot per plain step
+//! whatever the occupancy, drafting what it gains. Measured rather than priced by the β model: its buckets count
+//! tokens, not slots, and it priced the plain step of four slots 21–33% above its wall time at `-np 4` (three slots'
+//! steps, slower in place, lifted it). A number of slots not yet seen in a plain step takes the β model's price,
+//! scaled by what plain steps measured against it: a window that drafts at every step must still close.
 //! Served at `-np 8` on wall time the gate kept drafting off in 23 of 27 windows of a round where it had last
 //! measured drafting 28% faster (55.6 against 43.5 tok/s).
 //!
@@ -415,7 +415,8 @@ impl Gate {
 
     /// At `now_ns`, the first call of a step, whose interval since the last call was `spoiled` (a pause, a prompt,
     /// sure drafts): the step that ended here has as its unit the plain step of its slots and context as measured
-    /// before it (or priced, corrected by what was measured), and measures it when it was plain and nothing in it was cut out.
+    /// before it (or priced, corrected by what was measured), and measures it when it was plain and nothing in it was
+    /// cut out.
     /// Timed from the step's first call, not by the last interval: a request begun in a step proposes first in the
     /// next server iteration, so its call carries the decode and the step's first call comes microseconds later
     /// (learned as a plain step, such intervals made the gate read drafting at 0.000 tokens a slot per plain step).
@@ -932,7 +933,7 @@ mod tests {
     /// window of not drafting read.
     fn off_windows_through_answers(by_context: bool, requests: usize) -> Vec<f64> {
         let mut g = Gate::new(GateConfig { by_context, ..GateConfig::default() });
-        let (mut now, mut drafted, mut reads, mut seen) = (0u64, false, Vec::new(), 0);
+        let (mut now, mut drafted, mut reads, mut windows) = (0u64, false, Vec::new(), 0);
         for _ in 0..requests {
             now += 150_000_000;
             g.away();
@@ -940,11 +941,12 @@ mod tests {
                 let ctx = 50 + t;
                 g.step(1, ctx, drafted, false, Some(10e6));
                 g.call(now, true);
-                if let Some((n, Arm::Off, read)) = g.last_window().filter(|w| w.0 > seen) {
-                    reads.push(read);
-                    seen = n;
+                if let Some((n, arm, read)) = g.last_window().filter(|w| w.0 > windows) {
+                    windows = n;
+                    if arm == Arm::Off {
+                        reads.push(read);
+                    }
                 }
-                seen = seen.max(g.ran[0] + g.ran[1]);
                 drafted = g.arm() == Arm::On;
                 if drafted {
                     g.drafted(4);

@@ -133,7 +133,6 @@ mod tests {
     fn jitter_neither_makes_a_slope_nor_unlearns_one() {
         // One context, noisy steps: no spread of context, no slope.
         let mut flat = PlainSteps::new(true);
-        answers(&mut flat, 1, 200, 1, 0.0);
         for _ in 0..400 {
             flat.learn(1, 200, 11e6, None);
             flat.learn(1, 200, 13e6, None);
