@@ -1,5 +1,5 @@
 //! `kolm-rsd bench --pool`: two `bench --load` reports read as one from the command line, and a clear error for a
-//! directory that holds none.
+//! directory that holds none; and `bench --load`'s own argument checks, which need no model or server either.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
